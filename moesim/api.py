@@ -1,0 +1,186 @@
+"""Python API mirroring the CLI: estimate(...) -> EstimateResult."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moesim.config import require_valid
+from moesim.engine import evaluate, schemes_for
+from moesim.errors import ConfigError
+from moesim.grid import Grid
+from moesim.specs import load_hardware, load_model, parse_overrides
+from moesim.specs.hardware import HardwareSpec
+from moesim.specs.model import ModelSpec
+from moesim.types import CommMode, CostMode, Overlap, Phase
+
+DEFAULTS = {"decode": {"batch": 32, "context": 4096}, "prefill": {"batch": 16384, "context": 4096}}
+
+
+def resolve_specs(model, hardware, set_=None):
+    ov = parse_overrides(set_)
+    m = model if isinstance(model, ModelSpec) else load_model(model, ov["model"])
+    h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware, ov["hardware"])
+    return m, h
+
+
+def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
+    """Fill the missing one of tp x dp = ep x moe_tp (= GPUs)."""
+    tp = 1 if tp is None else tp
+    moe_tp = 1 if moe_tp is None else moe_tp
+    if not model.is_moe:
+        ep = 1 if ep is None else ep
+        if dp is None:
+            dp = 1
+        moe_tp = tp * dp if moe_tp == 1 and ep == 1 else moe_tp
+        return tp, dp, ep, moe_tp
+    if dp is None and ep is None:
+        dp = 1
+    if dp is None:
+        if (ep * moe_tp) % tp:
+            raise ConfigError(f"dp: ep x moe_tp = {ep * moe_tp} is not divisible by tp = {tp}; pass --dp explicitly")
+        dp = ep * moe_tp // tp
+    if ep is None:
+        if (tp * dp) % moe_tp:
+            raise ConfigError(f"ep: tp x dp = {tp * dp} is not divisible by moe_tp = {moe_tp}")
+        ep = tp * dp // moe_tp
+    return tp, dp, ep, moe_tp
+
+
+def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False):
+    if CostMode(cost_mode) == CostMode.ROOFLINE:
+        return None, []
+    try:
+        from moesim.perf.profile import load_profile
+    except ImportError:  # calibration package not present
+        return None, [f"no calibration support installed: {cost_mode} falls back to roofline efficiencies"]
+    prof = load_profile(hw, path=profile_path, force=force)
+    if prof is None:
+        return None, [f"no calibration profile for {hw.name}: kernels use peak efficiencies (roofline) "
+                      f"plus launch overhead"]
+    return prof, []
+
+
+@dataclass
+class EstimateResult:
+    model: ModelSpec
+    hardware: HardwareSpec
+    config: dict
+    values: dict
+    ops: list
+    memory: dict
+    notes: list = field(default_factory=list)
+
+    def __getitem__(self, key):
+        return self.values[key]
+
+    def to_dict(self) -> dict:
+        m = self.model
+        d = {k: _py(v) for k, v in self.values.items() if not k.startswith("step_time_s[")}
+        d["step_time_s_by_overlap"] = {k[len("step_time_s["):-1]: _py(v) for k, v in self.values.items()
+                                       if k.startswith("step_time_s[")}
+        d.update({
+            "config": self.config,
+            "model": m.name, "hardware": self.hardware.name,
+            "ops": self.ops,
+            "memory": self.memory,
+            "model_params": m.total_params(),
+            "active_params": m.active_params(),
+            "kv_bytes_per_token": m.kv_bytes_per_token,
+            "units": {"batch": "requests per DP group" if self.config["phase"] != "prefill" else "tokens per DP group",
+                      "context": "tokens", "time": "s", "memory": "bytes"},
+            "notes": self.notes,
+        })
+        return d
+
+
+def _py(v):
+    a = np.asarray(v)
+    if a.size == 1:
+        x = a.reshape(-1)[0]
+        if isinstance(x, (np.bool_, bool)):
+            return bool(x)
+        if isinstance(x, (np.integer,)):
+            return int(x)
+        if isinstance(x, (np.floating, float)):
+            x = float(x)
+            return None if not np.isfinite(x) else x
+        return x if not isinstance(x, np.generic) else x.item()
+    return [_py(x) for x in a.reshape(-1)]
+
+
+def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
+             batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
+             cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
+             profile=None, force_profile=False) -> EstimateResult:
+    """One configuration, per-op detail. Raises MoesimError subclasses on bad input."""
+    phase = Phase.parse(phase, "phase")
+    if phase == Phase.MIXED:
+        raise ConfigError("phase: mixed is not available yet; allowed: decode, prefill")
+    cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    comm = CommMode.parse(comm, "comm") if comm else None
+    overlap = Overlap.parse(overlap, "overlap") if overlap else None
+    m, h = resolve_specs(model, hardware, set)
+    tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
+    batch = DEFAULTS[phase.value]["batch"] if batch is None else batch
+    context = DEFAULTS[phase.value]["context"] if context is None else context
+    mtp = 0 if phase == Phase.PREFILL else mtp
+    grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
+                       acceptance=acceptance, redundant=redundant_experts)
+    require_valid(m, h, grid, phase)
+    prof, notes = load_profile_for(h, cost_mode, profile, force_profile)
+    imb = None
+    from moesim.imbalance_model import imbalance_factors
+    imb, imb_notes = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
+    notes += imb_notes
+    ev = evaluate(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
+                  imbalance=imb)
+    notes += ev.notes
+    step = float(ev.values["step_time_s"][0])
+    ops = []
+    agg = {}
+    for c, n in ev.op_costs:
+        t_layer = float(np.asarray(c.time_s).reshape(-1)[0])
+        n = float(np.asarray(n).reshape(-1)[0])
+        if n == 0 or (t_layer == 0 and float(np.asarray(c.flops).reshape(-1)[0]) == 0
+                      and float(np.asarray(c.bytes).reshape(-1)[0]) == 0):
+            continue
+        key = c.name
+        e = agg.setdefault(key, {"name": c.name, "stream": c.stream.value, "stage": c.stage, "time_s": 0.0,
+                                 "time_per_layer_s": t_layer, "count": 0.0, "bound": c.bound_name(0),
+                                 "provenance": c.provenance, "flops": 0.0, "bytes": 0.0})
+        e["time_s"] += t_layer * n
+        e["count"] += n
+        e["flops"] += float(np.asarray(c.flops).reshape(-1)[0]) * n
+        e["bytes"] += float(np.asarray(c.bytes).reshape(-1)[0]) * n
+    total_op_time = sum(e["time_s"] for e in agg.values()) or 1.0
+    for e in agg.values():
+        e["share"] = e["time_s"] / total_op_time
+        ops.append(e)
+    mem = ev.memory
+    memd = {
+        "weights_bytes": float(mem.weights_bytes[0]),
+        "weights_breakdown_bytes": {
+            "attention": float(mem.weights_attention_bytes[0]), "routed_experts": float(mem.weights_experts_bytes[0]),
+            "shared_expert_and_router": float(mem.weights_shared_bytes[0]),
+            "dense_ffn": float(mem.weights_dense_bytes[0]), "embedding_and_lm_head": float(mem.weights_embedding_bytes[0]),
+            "mtp": float(mem.weights_mtp_bytes[0])},
+        "kv_cache_bytes": float(mem.kv_cache_bytes[0]), "activation_bytes": float(mem.activation_bytes[0]),
+        "comm_buffer_bytes": float(mem.comm_buffer_bytes[0]), "reserve_bytes": float(mem.reserve_bytes),
+        "total_bytes": float(mem.total_bytes[0]), "capacity_bytes": float(mem.capacity_bytes),
+        "fits": bool(mem.fits[0]),
+    }
+    if not memd["fits"]:
+        notes.append(f"does not fit: needs {memd['total_bytes'] / 1e9:.1f} GB of {memd['capacity_bytes'] / 1e9:.1f} GB "
+                     f"per GPU; max batch here is {int(ev.values['max_batch'][0])}")
+    if overlap == Overlap.AUTO:
+        by = {s: float(ev.values[f"step_time_s[{s}]"][0]) for s in schemes_for(phase)}
+        ranked = sorted(by.items(), key=lambda kv: kv[1])
+        notes.append("overlap auto: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in ranked)
+                     + f" -> {ranked[0][0]}")
+    config = {"phase": phase.value, "tp": tp, "dp": dp, "ep": ep, "moe_tp": moe_tp, "gpus": tp * dp,
+              "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
+              "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
+              "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
+              "set": list(set or [])}
+    return EstimateResult(m, h, config, {k: v for k, v in ev.values.items()}, ops, memd, notes)

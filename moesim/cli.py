@@ -1,0 +1,143 @@
+"""moesim command line (typer). Thin: parse flags, call the API, print. Heavy imports (pandas,
+matplotlib, torch) happen inside commands, never at start-up."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from moesim.errors import MoesimError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Analytical performance simulator and capacity planner for MoE LLM inference.")
+
+MODEL_OPT = typer.Option("deepseek-v3", "--model", "-m", help="catalog name, YAML spec or HF config.json")
+HW_OPT = typer.Option("h800", "--hardware", "-g", help="catalog name or YAML spec")
+SET_OPT = typer.Option(None, "--set", help="what-if override, e.g. hardware.rdma_bw_GBps=100 (repeatable)")
+
+
+def _emit_json(obj, out: Optional[Path] = None):
+    text = json.dumps(obj, indent=2, default=_json_default, allow_nan=False)
+    if out:
+        out.write_text(text + "\n")
+    else:
+        typer.echo(text)
+
+
+def _json_default(o):
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+@app.command()
+def estimate(
+    model: str = MODEL_OPT,
+    hardware: str = HW_OPT,
+    phase: str = typer.Option("decode", help="decode | prefill"),
+    tp: int = typer.Option(1, help="attention tensor parallel degree"),
+    dp: Optional[int] = typer.Option(None, help="attention data-parallel groups (default: ep x moe_tp / tp)"),
+    ep: Optional[int] = typer.Option(None, help="expert-parallel ranks (default: tp x dp / moe_tp)"),
+    moe_tp: int = typer.Option(1, "--moe-tp", help="tensor parallel inside experts"),
+    batch: Optional[float] = typer.Option(None, help="decode: requests per DP group; prefill: tokens per DP group"),
+    context: Optional[float] = typer.Option(None, help="decode: mean KV length; prefill: prompt length (tokens)"),
+    mtp: int = typer.Option(0, help="draft tokens per step (MTP)"),
+    acceptance: float = typer.Option(0.8, help="acceptance probability per draft token"),
+    redundant_experts: int = typer.Option(0, "--redundant-experts", help="EPLB redundant expert slots"),
+    overlap: Optional[str] = typer.Option(None, help="serial | ideal | shared | sbo | two-batch | five-stage | auto"),
+    cost_mode: str = typer.Option("calibrated", "--cost-mode", help="roofline | calibrated | measured"),
+    comm: Optional[str] = typer.Option(None, help="deepep-ll | deepep-normal | nccl | pplx"),
+    expert_skew: str = typer.Option("auto", "--expert-skew", help="auto | none | uniform | zipf:<s> | load.csv"),
+    context_dist: str = typer.Option("fixed", "--context-dist", help="fixed | exp | lognormal:<cv>"),
+    set_: Optional[List[str]] = SET_OPT,
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write JSON to a file"),
+):
+    """One step of one configuration: per-op time, share and bound, memory and throughput."""
+    from moesim.api import estimate as run
+    r = run(model, hardware, phase=phase, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context,
+            mtp=mtp, acceptance=acceptance, redundant_experts=redundant_experts, overlap=overlap,
+            cost_mode=cost_mode, comm=comm, set=set_, expert_skew=expert_skew, context_dist=context_dist)
+    if json_out or out:
+        _emit_json(r.to_dict(), out)
+        if not json_out:
+            typer.echo(f"wrote {out}")
+        return
+    from moesim.report import print_estimate
+    print_estimate(r)
+
+
+@app.command()
+def models():
+    """List the model catalog."""
+    from moesim.specs import catalog, load_model
+    for name in catalog("models"):
+        try:
+            m = load_model(name)
+            typer.echo(f"{name:22s} {m.total_params() / 1e9:8.1f}B total {m.active_params() / 1e9:7.1f}B active "
+                       f"{m.attention.kind.value:4s} KV {m.kv_bytes_per_token / 1e3:7.1f} KB/token")
+        except MoesimError as e:
+            typer.echo(f"{name:22s} invalid: {e}")
+
+
+@app.command()
+def hardware():
+    """List the hardware catalog."""
+    from moesim.specs import catalog, load_hardware
+    for name in catalog("hardware"):
+        try:
+            h = load_hardware(name)
+            typer.echo(f"{name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+                       f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
+                       f"${h.usd_per_gpu_hour:.2f}/GPU-h")
+        except MoesimError as e:
+            typer.echo(f"{name:14s} invalid: {e}")
+
+
+def _mount_optional():
+    """Sub-apps live in their own modules; mount those present (import cost: typer only)."""
+    import importlib
+    for mod, name, help_ in (("moesim.calibration.cli", "calibrate", "Run kernels, fit and show calibration profiles."),
+                             ("moesim.specs.hf_cli", "model", "Model spec tools (import a HF config.json).")):
+        try:
+            sub = importlib.import_module(mod).app
+        except Exception:  # noqa: BLE001 - a missing optional module must not break the CLI
+            continue
+        app.add_typer(sub, name=name, help=help_)
+
+
+_mount_optional()
+
+
+def main(argv=None):
+    try:
+        app(args=argv, standalone_mode=False)
+    except MoesimError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:  # click usage errors and the like
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        raise
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

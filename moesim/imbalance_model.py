@@ -1,0 +1,41 @@
+"""Rank-imbalance factors for one grid (the step waits for the slowest rank).
+
+Defaults: `expert_skew="uniform"` = equal expert popularity with multinomial noise of a finite
+batch (the optimistic case); `context_dist="fixed"` = DeepSeek's decode load balancer equalises
+KV per rank. Skewed traffic is given with --expert-skew zipf:<s> or a per-expert load CSV.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.grid import Grid
+from moesim.types import Phase
+
+
+def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_dist="fixed", cost_mode="calibrated"):
+    """-> ({"experts": array, "attention": array}, notes). expert_skew "auto": "none" (perfect
+    balance) for the roofline lower bound, "uniform" (multinomial noise) otherwise."""
+    notes = []
+    if expert_skew == "auto":
+        expert_skew = "none" if str(cost_mode) == "roofline" else "uniform"
+    if expert_skew == "none" and context_dist == "fixed":
+        return None, notes
+    try:
+        from moesim.balance import imbalance as I
+    except ImportError:
+        return None, ["rank imbalance not modelled (moesim.balance unavailable)"]
+    out = {}
+    phase = Phase(phase)
+    if model.is_moe and expert_skew != "none":
+        tokens = grid.batch * (grid.q_len if phase != Phase.PREFILL else 1.0) * grid.dp
+        factors = np.ones(grid.size)
+        for ep in np.unique(grid.ep):
+            for red in np.unique(grid.redundant[grid.ep == ep]):
+                sel = (grid.ep == ep) & (grid.redundant == red)
+                shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
+                factors[sel] = I.expert_rank_imbalance(tokens[sel], model.moe.top_k, shares)
+        out["experts"] = factors
+    cv = I.context_dist(context_dist) if hasattr(I, "context_dist") else 0.0
+    if phase != Phase.PREFILL and cv > 0:
+        out["attention"] = I.dp_attention_imbalance(grid.batch, grid.dp, grid.context, cv)
+    return out, notes

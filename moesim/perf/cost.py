@@ -1,0 +1,142 @@
+"""OpWork x HardwareSpec x CostMode -> OpCost (time, bound, provenance), vectorized.
+
+Kernels: time = max(FLOP / (peak * eff_c), bytes / (hbm_bw * eff_m)) + launch  (roofline,
+Williams et al. 2009; efficiencies from the calibration profile in `calibrated` mode).
+Collectives: alpha-beta per link class (Hockney); all-to-all runs NVLink and RDMA concurrently:
+time = alpha + max(rdma_bytes / rdma_bw, nvlink_bytes / nvlink_bw).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.specs.hardware import HardwareSpec
+from moesim.specs.model import AttentionKind, ModelSpec
+from moesim.types import Bound, CostMode, OpKind, Provenance, Stream
+from moesim.workload.ops import OpWork
+
+BOUND_CODES = (Bound.COMPUTE, Bound.MEMORY, Bound.NETWORK, Bound.LATENCY)
+
+
+@dataclass
+class OpCost:
+    name: str
+    stream: Stream
+    stage: int
+    time_s: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    network_s: np.ndarray
+    bound: np.ndarray  # int codes into BOUND_CODES
+    provenance: str
+    flops: np.ndarray
+    bytes: np.ndarray
+    sm_share: float = 0.0
+    kind: OpKind = OpKind.GEMM
+
+    def bound_name(self, i: int = 0) -> str:
+        return BOUND_CODES[int(np.atleast_1d(self.bound)[i])].value
+
+
+def _family(op: OpWork, model: ModelSpec) -> str:
+    if op.kind == OpKind.ATTENTION:
+        if model.attention.kind == AttentionKind.MLA:
+            return "mla_prefill" if op.shape.get("prefill") else "mla_decode"
+        return "attention"
+    return {OpKind.GEMM: "gemm", OpKind.GROUPED_GEMM: "grouped_gemm", OpKind.BMM: "bmm",
+            OpKind.ELEMENTWISE: "elementwise"}.get(op.kind, "elementwise")
+
+
+class CostModel:
+    """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
+
+    def __init__(self, hw: HardwareSpec, model: ModelSpec, mode: CostMode = CostMode.ROOFLINE, profile=None):
+        self.hw, self.model, self.mode = hw, model, CostMode(mode)
+        self.profile = profile if self.mode != CostMode.ROOFLINE else None
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------------ kernels
+    def kernel(self, op: OpWork) -> OpCost:
+        hw = self.hw
+        flops = np.asarray(op.flops, float)
+        nbytes = np.asarray(op.bytes_total, float)
+        shape = np.broadcast(flops, nbytes).shape
+        flops, nbytes = np.broadcast_to(flops, shape), np.broadcast_to(nbytes, shape)
+        peak = hw.peak_flops(op.dtype)
+        ec = em = 1.0
+        launch = 0.0
+        prov = Provenance.ROOFLINE.value
+        measured = None
+        if self.mode != CostMode.ROOFLINE:
+            launch = hw.kernel_launch_s
+            fam = _family(op, self.model)
+            if self.profile is not None:
+                eff = self.profile.kernel_efficiency(fam, **op.shape) if op.shape or fam == "elementwise" else None
+                if eff is not None:
+                    ec, em = eff
+                    prov = Provenance.FITTED.value
+                    launch = self.profile.launch_s
+                if self.mode == CostMode.MEASURED and op.shape:
+                    measured = self.profile.measured_time(fam, **op.shape)
+        compute_s = flops / (peak * np.asarray(ec, float))
+        memory_s = nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
+        time_s = np.maximum(compute_s, memory_s) + launch
+        if measured is not None:
+            measured = np.broadcast_to(np.asarray(measured, float), time_s.shape)
+            ok = np.isfinite(measured)
+            if ok.any():
+                time_s = np.where(ok, measured, time_s)
+                prov = Provenance.MEASURED.value if ok.all() else prov + "+measured"
+        bound = np.where(compute_s >= memory_s, 0, 1)
+        bound = np.where(launch > np.maximum(compute_s, memory_s), 3, bound)
+        present = np.asarray(op.present, float)
+        return OpCost(op.name, op.stream, op.stage, time_s * present, compute_s * present, memory_s * present,
+                      np.zeros(shape), bound, prov, flops * present, nbytes * present, kind=op.kind)
+
+    # ------------------------------------------------------------------ collectives
+    def comm(self, op: OpWork, comm_mode: str = "") -> OpCost:
+        hw = self.hw
+        rdma = np.asarray(op.net_bytes_rdma, float)
+        nvl = np.asarray(op.net_bytes_nvlink, float)
+        group = np.asarray(op.group, float)
+        achievable = self.mode != CostMode.ROOFLINE
+        prov = Provenance.ROOFLINE.value
+        if op.kind == OpKind.ALL_TO_ALL:
+            alpha = np.where(rdma > 0, hw.rdma_latency_s, hw.nvlink_latency_s)
+            rdma_bw, nvl_bw = hw.rdma_Bps(achievable), hw.nvlink_Bps(achievable)
+            if self.profile is not None:
+                params = self.profile.comm_params(op.shape.get("mode", comm_mode), op.comm_op, op.shape["ep"])
+                if params is not None:
+                    alpha, rdma_bw, nvl_bw = params
+                    prov = Provenance.FITTED.value
+            nvl_bw = np.where(np.asarray(nvl_bw, float) > 0, nvl_bw, rdma_bw)  # no NVLink: all over the NIC
+            net = np.maximum(rdma / rdma_bw, nvl / nvl_bw)
+        else:
+            # ring all-reduce / all-gather: over NVLink inside one domain, else over RDMA
+            inside = group <= hw.domain_gpus
+            bw = np.where(inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0),
+                          hw.rdma_Bps(achievable))
+            lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
+            steps = 2.0 * (group - 1.0) if op.comm_op == "all_reduce" else (group - 1.0)
+            alpha = steps * lat
+            if self.profile is not None:
+                params = self.profile.collective_params(op.comm_op)
+                if params is not None:
+                    a0, eff = params
+                    alpha, bw = alpha + a0, bw * eff
+                    prov = Provenance.FITTED.value
+            net = (nvl + rdma) / bw
+        shape = np.broadcast(net, alpha).shape
+        present = np.asarray(op.present, float)
+        time_s = (np.broadcast_to(net, shape) + alpha) * present
+        bound = np.where(np.broadcast_to(alpha, shape) > np.broadcast_to(net, shape), 3, 2)
+        z = np.zeros(shape)
+        return OpCost(op.name, op.stream, op.stage, time_s, z, z, np.broadcast_to(net, shape) * present, bound, prov,
+                      z, (rdma + nvl) * present * np.ones(shape), sm_share=op.sm_share, kind=op.kind)
+
+    def cost(self, op: OpWork) -> OpCost:
+        return self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+
+    def costs(self, ops: list[OpWork]) -> list[OpCost]:
+        return [self.cost(o) for o in ops]

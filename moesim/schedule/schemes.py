@@ -1,0 +1,140 @@
+"""Overlap schemes as data, evaluated exactly (critical path of a compute and a comm stream).
+
+A scheme is a list of compute *slots* in stream order; each slot runs some stages of one
+micro-batch. All-to-all ops (dispatch, combine) run on the comm stream: issued when the slot
+holding their sender ends, consumed before the slot holding their receiver starts (possibly in
+the next layer). Blocking collectives (TP all-reduce) stay on the compute stream. The period
+(time per layer) is the steady-state difference of a few simulated layers, computed with
+seq/par on arrays (no loop over configurations).
+
+Sources: DeepSeek inference-system overview (prefill two micro-batches; decode five stages with
+attention split in two), Perplexity seed 004 (stages 1-5, offset by 3; "DispatchOverlap").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.schedule.primitives import par, seq
+from moesim.types import OpKind, Overlap, Stream
+
+# stages: 1 attention part 1 (norm, qkv_a, q_b, BMM), 2 attention part 2 (core, BMM, o_proj,
+# norm, router), 3 dispatch send + shared expert, 4 dispatch recv + routed experts + combine send,
+# 5 combine recv (+ LM head once per step)
+
+
+@dataclass(frozen=True)
+class Slot:
+    mb: int  # micro-batch index
+    stages: tuple  # stage numbers on the compute stream
+    only: tuple = ()  # restrict to these op names (empty = all in the stages)
+    skip: tuple = ()  # exclude these op names
+    next_layer: bool = False  # belongs to the next layer (pipelined schemes)
+
+
+@dataclass(frozen=True)
+class CommEdge:
+    op: str  # dispatch | combine
+    mb: int
+    after: int  # issued when slot `after` ends
+    before: int  # must finish before slot `before` starts (in the next period if wrap)
+    wrap: bool = False
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    micro_batches: int
+    slots: tuple
+    edges: tuple
+    holds_sms: bool = True  # compute overlapping SM-holding comm kernels loses their SM share
+
+
+SERIAL = Scheme("serial", 1, (Slot(0, (1, 2)), Slot(0, (3, 4, 5))),
+                (CommEdge("dispatch", 0, 0, 1), CommEdge("combine", 0, 1, 0, wrap=True)), holds_sms=False)
+# Perplexity "DispatchOverlap": shared expert runs while dispatch is in flight
+SHARED = Scheme("shared", 1, (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5))),
+                (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)))
+# single-batch overlap: shared expert under dispatch, and combine streamed behind the down GEMM
+SBO = Scheme("sbo", 1, (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5), skip=("experts_down",)),
+                        Slot(0, (4,), only=("experts_down",))),
+             (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)))
+# DeepSeek prefill: A attn, B attn, A moe, B moe; each comm hides under the other's compute
+TWO_BATCH = Scheme("two-batch", 2, (Slot(0, (1, 2, 3)), Slot(1, (1, 2, 3)), Slot(0, (4, 5)), Slot(1, (4, 5))),
+                   (CommEdge("dispatch", 0, 0, 2), CommEdge("dispatch", 1, 1, 3),
+                    CommEdge("combine", 0, 2, 0, wrap=True), CommEdge("combine", 1, 3, 1, wrap=True)))
+# DeepSeek/Perplexity decode five stages, micro-batches offset by 3 stages:
+# A1 B4 A2 B5 A3 B1 A4 B2 A5 B3 — dispatch hides under the other's stage 1, combine under stage 2
+FIVE_STAGE = Scheme("five-stage", 2, (
+    Slot(0, (1,)), Slot(1, (4,)), Slot(0, (2,)), Slot(1, (5,)), Slot(0, (3,)),
+    Slot(1, (1,), next_layer=True), Slot(0, (4,)), Slot(1, (2,), next_layer=True), Slot(0, (5,)),
+    Slot(1, (3,), next_layer=True)),
+    (CommEdge("dispatch", 0, 4, 6), CommEdge("combine", 0, 6, 8),
+     CommEdge("dispatch", 1, 9, 1, wrap=True), CommEdge("combine", 1, 1, 3)))
+
+SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
+
+
+def slot_time(costs, slot: Slot, compute_scale=1.0):
+    """Compute-stream time of one slot: its compute ops plus blocking collectives."""
+    total = 0.0
+    for c in costs:
+        if c.stage not in slot.stages or (slot.only and c.name not in slot.only) or c.name in slot.skip:
+            continue
+        if c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL:
+            continue
+        scale = compute_scale if c.stream == Stream.COMPUTE else 1.0
+        total = seq(total, c.time_s * scale)
+    return total
+
+
+def comm_time(costs, op: str):
+    total = 0.0
+    for c in costs:
+        if c.kind == OpKind.ALL_TO_ALL and c.name.endswith(op):
+            total = seq(total, c.time_s)
+    return total
+
+
+def layer_period(costs, scheme: Scheme, periods: int = 4):
+    """Steady-state time per layer of `scheme` given the per-micro-batch op costs."""
+    sm = max((c.sm_share for c in costs if c.kind == OpKind.ALL_TO_ALL), default=0.0)
+    scale = 1.0 / (1.0 - sm) if scheme.holds_sms and sm > 0 else 1.0
+    dur = [slot_time(costs, s, scale) for s in scheme.slots]
+    comm = {op: comm_time(costs, op) for op in ("dispatch", "combine")}
+    ready = {}  # (slot index, period) -> earliest start imposed by comm edges
+    compute_free = 0.0
+    comm_free = 0.0
+    ends = []
+    for p in range(periods):
+        for i, s in enumerate(scheme.slots):
+            start = par(compute_free, ready.get((i, p), 0.0))
+            end = seq(start, dur[i])
+            compute_free = end
+            for e in scheme.edges:
+                if e.after == i:
+                    c_start = par(end, comm_free)
+                    c_end = seq(c_start, comm[e.op])
+                    comm_free = c_end
+                    key = (e.before, p + 1 if e.wrap else p)
+                    ready[key] = par(ready.get(key, 0.0), c_end)
+        ends.append(compute_free)
+    # steady state: the last period's length (all edges into it are settled)
+    return ends[-1] - ends[-2]
+
+
+def ideal_period(costs, counts=None):
+    """Every resource busy all the time: max of summed compute, memory and network time
+    (the seed-002 estimate: per-layer max of compute and communication). `counts` weights ops."""
+    counts = counts if counts is not None else [1.0] * len(costs)
+    comp = seq(*[c.compute_s * n for c, n in zip(costs, counts)]) if costs else 0.0
+    mem = seq(*[c.memory_s * n for c, n in zip(costs, counts)]) if costs else 0.0
+    net = seq(*[c.network_s * n for c, n in zip(costs, counts)]) if costs else 0.0
+    return par(comp, mem, net), (comp, mem, net)
+
+
+def applicable(scheme: str, phase: str) -> bool:
+    if scheme == Overlap.FIVE_STAGE.value:
+        return phase != "prefill"
+    return True

@@ -1,0 +1,95 @@
+"""GPU + node + network + price spec (frozen). YAML keys carry human units; properties give SI."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+from moesim import units as U
+from moesim.errors import SpecError
+from moesim.specs.schema import field
+from moesim.types import Dtype
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    source: str
+    sms: int = field(lo=1, hi=100_000)
+    fp8_tflops: float = field(lo=0.0, hi=1e6, lo_open=True, doc="dense FP8 tensor peak")
+    bf16_tflops: float = field(lo=0.0, hi=1e6, lo_open=True, doc="dense BF16 tensor peak")
+    memory_GB: float = field(lo=0.0, hi=1e5, lo_open=True, doc="HBM capacity, 1e9 B")
+    hbm_bw_GBps: float = field(lo=0.0, hi=1e6, lo_open=True)
+    gpus_per_node: int = field(lo=1, hi=100_000)
+    nvlink_bw_GBps: float = field(lo=0.0, hi=1e6, doc="NVLink per direction, nominal; 0 = none")
+    nvlink_eff_bw_GBps: float = field(lo=0.0, hi=1e6, doc="NVLink per direction, achievable")
+    nvlink_latency_us: float = field(lo=0.0, hi=1e4)
+    rdma_bw_GBps: float = field(lo=0.0, hi=1e5, lo_open=True, doc="scale-out bandwidth per GPU, nominal")
+    rdma_eff_bw_GBps: float = field(lo=0.0, hi=1e5, lo_open=True, doc="scale-out per GPU, achievable")
+    rdma_latency_us: float = field(lo=0.0, hi=1e4)
+    usd_per_gpu_hour: float = field(lo=0.0, hi=1e4)
+    fp4_tflops: float = field(0.0, lo=0.0, hi=1e7, doc="dense FP4 peak; 0 = unsupported")
+    fp32_tflops: float = field(0.0, lo=0.0, hi=1e6)
+    l2_MB: float = field(50.0, lo=0.0, hi=1e5)
+    nvlink_domain_gpus: int = field(0, lo=0, hi=1_000_000, doc="GPUs sharing one NVLink domain; 0 = gpus_per_node")
+    nics_per_gpu: float = field(1.0, lo=0.0, hi=64, lo_open=True)
+    kernel_launch_us: float = field(2.0, lo=0.0, hi=1e4, doc="per-kernel launch/tail overhead under CUDA graphs")
+    memory_reserve_GB: float = field(4.0, lo=0.0, hi=1e5, doc="CUDA context, allocator slack, CUDA graphs")
+    description: str = ""
+    sources: Dict[str, str] = None
+
+    def _validate(self, file=None, path=""):
+        where = f"{file}: " if file else ""
+        if self.nvlink_eff_bw_GBps > self.nvlink_bw_GBps:
+            raise SpecError(f"{where}nvlink_eff_bw_GBps: {self.nvlink_eff_bw_GBps} exceeds nominal nvlink_bw_GBps={self.nvlink_bw_GBps}")
+        if self.rdma_eff_bw_GBps > self.rdma_bw_GBps:
+            raise SpecError(f"{where}rdma_eff_bw_GBps: {self.rdma_eff_bw_GBps} exceeds nominal rdma_bw_GBps={self.rdma_bw_GBps}")
+        if self.memory_reserve_GB >= self.memory_GB:
+            raise SpecError(f"{where}memory_reserve_GB: {self.memory_reserve_GB} must be below memory_GB={self.memory_GB}")
+        if self.nvlink_domain_gpus and self.nvlink_domain_gpus % self.gpus_per_node and self.gpus_per_node % self.nvlink_domain_gpus:
+            raise SpecError(f"{where}nvlink_domain_gpus: {self.nvlink_domain_gpus} must be a multiple or divisor of gpus_per_node={self.gpus_per_node}")
+
+    # ------------------------------------------------------------------ SI views
+    def peak_flops(self, dtype: Dtype) -> float:
+        d = Dtype(dtype)
+        if d == Dtype.FP8:
+            return self.fp8_tflops * U.TFLOPS
+        if d == Dtype.FP4:
+            return (self.fp4_tflops or self.fp8_tflops) * U.TFLOPS
+        if d == Dtype.FP32:
+            return (self.fp32_tflops or self.bf16_tflops / 2) * U.TFLOPS
+        return self.bf16_tflops * U.TFLOPS
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_GB * U.GB
+
+    @property
+    def memory_reserve_bytes(self) -> float:
+        return self.memory_reserve_GB * U.GB
+
+    @property
+    def hbm_bw_Bps(self) -> float:
+        return self.hbm_bw_GBps * U.GBPS
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs reachable over NVLink (the 'node' for EP traffic splitting)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    def nvlink_Bps(self, achievable: bool) -> float:
+        return (self.nvlink_eff_bw_GBps if achievable else self.nvlink_bw_GBps) * U.GBPS
+
+    def rdma_Bps(self, achievable: bool) -> float:
+        return (self.rdma_eff_bw_GBps if achievable else self.rdma_bw_GBps) * U.GBPS
+
+    @property
+    def nvlink_latency_s(self) -> float:
+        return self.nvlink_latency_us * U.US
+
+    @property
+    def rdma_latency_s(self) -> float:
+        return self.rdma_latency_us * U.US
+
+    @property
+    def kernel_launch_s(self) -> float:
+        return self.kernel_launch_us * U.US

@@ -1,0 +1,130 @@
+"""Load specs from the catalog (models/, hardware/) or from a path; apply --set overrides.
+
+Only yaml.safe_load / json.load are used on user files. Overrides are applied to the raw mapping
+*before* validation, so `--set hardware.rdma_bw_GBps=100` is checked exactly like the YAML.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import yaml
+
+from moesim.errors import SpecError
+from moesim.specs.hardware import HardwareSpec
+from moesim.specs.model import ModelSpec
+from moesim.specs.schema import build
+
+
+def data_root() -> Path:
+    """Repository root holding models/, hardware/, calibration/ (override: MOESIM_DATA)."""
+    env = os.environ.get("MOESIM_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2]
+
+
+def catalog(kind: str) -> dict[str, Path]:
+    folder = data_root() / kind
+    if not folder.is_dir():
+        return {}
+    return {p.stem.replace("_", "-"): p for p in sorted(folder.glob("*.yaml"))}
+
+
+def _resolve(kind: str, name_or_path: str) -> Path:
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix in (".yaml", ".yml", ".json") or os.sep in text:
+        if not p.exists():
+            raise SpecError(f"{kind}: file {text!r} does not exist")
+        if not p.is_file():
+            raise SpecError(f"{kind}: {text!r} is not a file")
+        return p
+    key = text.strip().lower().replace("_", "-")
+    cat = catalog(kind + ("s" if kind == "model" else ""))
+    if key in cat:
+        return cat[key]
+    allowed = ", ".join(cat) or "(catalog empty)"
+    raise SpecError(f"{kind}: unknown {kind} {text!r}; available: {allowed} (or a path to a YAML file)")
+
+
+def read_mapping(path: Path) -> dict:
+    """Read a YAML/JSON file into a mapping, failing with one line on any problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+    if not text.strip():
+        raise SpecError(f"{path}: file is empty")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
+    return data
+
+
+def parse_overrides(items: Iterable[str] | None) -> dict[str, dict[str, object]]:
+    """['hardware.rdma_bw_GBps=100', 'model.moe.num_experts=384'] -> {'hardware': {...}, 'model': {...}}."""
+    out: dict[str, dict[str, object]] = {"model": {}, "hardware": {}}
+    for item in items or ():
+        if "=" not in item:
+            raise SpecError(f"--set: {item!r} must look like hardware.rdma_bw_GBps=100 or model.moe.top_k=8")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        head, _, rest = key.partition(".")
+        if head not in out or not rest:
+            raise SpecError(f"--set: {key!r} must start with 'model.' or 'hardware.' and name a field")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        out[head][rest] = value
+    return out
+
+
+def _apply(data: dict, overrides: Mapping[str, object], label: str, path: Path) -> dict:
+    data = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(nxt, dict):
+                raise SpecError(f"--set {label}.{dotted}: {'.'.join(parts[:i + 1])!r} is not a section of {path.name}")
+            node = nxt
+        node[parts[-1]] = value  # unknown leaf keys are rejected by the strict builder
+        srcs = data.setdefault("sources", {}) if isinstance(data.get("sources", {}), dict) else None
+        if srcs is not None:
+            srcs[dotted] = "--set override"
+    return data
+
+
+def load_model(name_or_path="deepseek-v3", overrides: Mapping[str, object] | None = None) -> ModelSpec:
+    path = _resolve("model", name_or_path)
+    if path.suffix == ".json":
+        from moesim.specs.hf_import import mapping_from_hf_config  # Hugging Face config.json
+
+        data = mapping_from_hf_config(read_mapping(path), name=path.parent.name or path.stem, file=str(path))
+    else:
+        data = read_mapping(path)
+    if overrides:
+        data = _apply(data, overrides, "model", path)
+    return build(ModelSpec, data, file=str(path))
+
+
+def load_hardware(name_or_path="h800", overrides: Mapping[str, object] | None = None) -> HardwareSpec:
+    path = _resolve("hardware", name_or_path)
+    data = read_mapping(path)
+    if overrides:
+        data = _apply(data, overrides, "hardware", path)
+    return build(HardwareSpec, data, file=str(path))

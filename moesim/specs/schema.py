@@ -1,0 +1,143 @@
+"""Strict YAML -> frozen dataclass builder.
+
+Each dataclass field may carry `meta(lo, hi, doc)`; the builder rejects unknown keys, wrong
+types, NaN/inf and out-of-range values with one line naming the file, the dotted field and the
+allowed range. Nested dataclasses are built recursively; Optional[...] nested specs may be null.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any
+
+from moesim.errors import SpecError
+
+
+def meta(lo=None, hi=None, doc: str = "", lo_open: bool = False):
+    return {"lo": lo, "hi": hi, "doc": doc, "lo_open": lo_open}
+
+
+def field(default=dataclasses.MISSING, *, lo=None, hi=None, doc="", lo_open=False, default_factory=dataclasses.MISSING):
+    kw = {"metadata": meta(lo, hi, doc, lo_open)}
+    if default is not dataclasses.MISSING:
+        kw["default"] = default
+    if default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = default_factory
+    return dataclasses.field(**kw)
+
+
+def _where(file: str | None, path: str) -> str:
+    return f"{file}: {path}" if file else path
+
+
+def _range_text(lo, hi, lo_open=False) -> str:
+    if lo is not None and hi is not None:
+        return f"{'(' if lo_open else '['}{lo}, {hi}]"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    if hi is not None:
+        return f"<= {hi}"
+    return "any"
+
+
+def _coerce_scalar(tp, value, where: str, md: dict):
+    lo, hi, lo_open = md.get("lo"), md.get("hi"), md.get("lo_open", False)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise SpecError(f"{where}: expected true/false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    value = float(value) if tp is float else int(value)
+                except ValueError:
+                    raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {value!r}") from None
+            else:
+                raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {value!r}")
+        if tp is int:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise SpecError(f"{where}: expected an integer in {_range_text(lo, hi, lo_open)}, got {value!r}")
+                value = int(value)
+        else:
+            value = float(value)
+        bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and value > hi)
+        if bad:
+            raise SpecError(f"{where}: {value!r} out of range, allowed {_range_text(lo, hi, lo_open)}")
+        return value
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise SpecError(f"{where}: expected text, got {value!r}")
+    return value
+
+
+def build(cls, data: Any, *, file: str | None = None, path: str = ""):
+    """Build dataclass `cls` from a mapping, strictly."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{_where(file, path or cls.__name__)}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        allowed = ", ".join(sorted(fields))
+        raise SpecError(f"{_where(file, (path + '.' if path else '') + unknown[0])}: unknown key; allowed keys: {allowed}")
+    kwargs = {}
+    for name, f in fields.items():
+        where = _where(file, f"{path}.{name}" if path else name)
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"{where}: required field is missing")
+            continue
+        value = data[name]
+        tp = hints[name]
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        optional = origin is typing.Union and type(None) in args
+        if optional:
+            if value is None:
+                kwargs[name] = None
+                continue
+            tp = next(a for a in args if a is not type(None))
+            origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, value, file=file, path=f"{path}.{name}" if path else name)
+        elif origin in (dict, typing.Dict) or tp is dict:
+            if not isinstance(value, dict):
+                raise SpecError(f"{where}: expected a mapping, got {value!r}")
+            kwargs[name] = {str(k): str(v) for k, v in value.items()}
+        elif origin in (tuple, list) or tp in (tuple, list):
+            if not isinstance(value, (list, tuple)):
+                raise SpecError(f"{where}: expected a list, got {value!r}")
+            inner = args[0] if args else float
+            kwargs[name] = tuple(_coerce_scalar(inner, v, f"{where}[{i}]", f.metadata) for i, v in enumerate(value))
+        elif isinstance(tp, type) and issubclass(tp, str) and tp is not str and hasattr(tp, "parse"):
+            kwargs[name] = tp.parse(value, where)
+        else:
+            kwargs[name] = _coerce_scalar(tp, value, where, f.metadata)
+    obj = cls(**kwargs)
+    check = getattr(obj, "_validate", None)
+    if check:
+        check(file=file, path=path)
+    return obj
+
+
+def numeric_field_paths(cls, prefix: str = ""):
+    """Dotted paths of every numeric field (used for `sources` coverage and --set help)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        args = typing.get_args(tp)
+        if typing.get_origin(tp) is typing.Union:
+            tp = next(a for a in args if a is not type(None))
+        p = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            out += numeric_field_paths(tp, p + ".")
+        elif tp in (int, float):
+            out.append(p)
+    return out

@@ -1,0 +1,57 @@
+"""SI constants and conversions. Everything inside moesim is SI (s, B, FLOP, B/s, FLOP/s);
+human units appear only in YAML key names and at output edges."""
+
+KB = 1e3
+MB = 1e6
+GB = 1e9
+TB = 1e12
+KiB = 1024.0
+MiB = 1024.0**2
+GiB = 1024.0**3
+
+US = 1e-6  # microsecond in seconds
+MS = 1e-3
+
+TFLOPS = 1e12  # FLOP/s
+GBPS = 1e9  # GB/s -> B/s
+GBIT = 1e9 / 8  # Gb/s -> B/s
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+# Suffix of a YAML key -> factor to SI. Longest suffix wins.
+KEY_SUFFIX_TO_SI = {
+    "_tflops": TFLOPS,
+    "_GBps": GBPS,
+    "_Gbps": GBIT,
+    "_GB": GB,
+    "_GiB": GiB,
+    "_MB": MB,
+    "_us": US,
+    "_ms": MS,
+    "_s": 1.0,
+}
+
+
+def to_si(key: str, value: float) -> float:
+    for suffix in sorted(KEY_SUFFIX_TO_SI, key=len, reverse=True):
+        if key.endswith(suffix):
+            return float(value) * KEY_SUFFIX_TO_SI[suffix]
+    return float(value)
+
+
+def fmt_time(t_s: float) -> str:
+    t = float(t_s)
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t * 1e6:.1f} µs"
+
+
+def fmt_bytes(b: float) -> str:
+    b = float(b)
+    for unit, f in (("TB", TB), ("GB", GB), ("MB", MB), ("KB", KB)):
+        if abs(b) >= f:
+            return f"{b / f:.2f} {unit}"
+    return f"{b:.0f} B"

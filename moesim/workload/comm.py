@@ -1,0 +1,99 @@
+"""Network volume of MoE all-to-all and TP collectives, per GPU, as expected values.
+
+All functions broadcast over numpy arrays. Byte accounting (DESIGN.md "Collectives"):
+  * dispatch = FP8 hidden + one fp32 scale per 128 values; combine = BF16 hidden (DeepEP README).
+  * deepep-ll: one copy per (token, selected expert) straight to that expert's rank, no per-rank
+    dedup (DeepEP low-latency kernels: per-expert receive buffers); copies to ranks inside the
+    NVLink domain travel over NVLink (NVLink-assisted LL, DeepEP PR 2025-04), the rest over RDMA.
+  * deepep-normal: one RDMA copy per distinct destination *node*, forwarded over NVLink to each
+    distinct destination rank there (DeepEP normal kernels; V3 report sec. 3.2.2).
+  * nccl / pplx: one copy per distinct destination rank, sent directly.
+Distinct destinations use the hypergeometric expectation for top-k picks over `slots` expert slots
+spread evenly over ranks/nodes (uniform routing; skew enters through the imbalance factor).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.types import CommMode
+
+
+def dispatch_bytes_per_token(hidden: int, dtype_bytes: float = 1.0, scale_block: int = 128) -> float:
+    """FP8 payload + fp32 scale per `scale_block` values (7168 + 224 = 7392 B for V3, seed 002)."""
+    scales = (np.ceil(hidden / scale_block) * 4.0) if (dtype_bytes < 2 and scale_block) else 0.0
+    return float(hidden * dtype_bytes + scales)
+
+
+def combine_bytes_per_token(hidden: int, dtype_bytes: float = 2.0) -> float:
+    return float(hidden * dtype_bytes)
+
+
+def p_not_hit(slots, slots_in_target, k):
+    """P(a token's k distinct picks among `slots` all miss a target holding `slots_in_target`).
+
+    Hypergeometric: prod_{i<k} (S - s - i) / (S - i). Vectorized over arrays; k is a scalar.
+    """
+    S = np.asarray(slots, dtype=float)
+    s = np.minimum(np.asarray(slots_in_target, dtype=float), S)
+    p = np.ones(np.broadcast(S, s).shape)
+    for i in range(int(k)):  # k is the model's top-k (<= a few dozen), not a config axis
+        p = p * np.clip((S - s - i) / np.maximum(S - i, 1e-12), 0.0, 1.0)
+    return p
+
+
+def expected_distinct_ranks(ep, slots, k):
+    """E[# distinct EP ranks a token's top-k experts live on] (slots spread evenly)."""
+    ep = np.asarray(ep, dtype=float)
+    return ep * (1.0 - p_not_hit(slots, np.asarray(slots, float) / ep, k))
+
+
+def expected_distinct_nodes(ep, gpus_per_domain, slots, k):
+    """E[# distinct NVLink domains (nodes) a token reaches]."""
+    ep = np.asarray(ep, dtype=float)
+    nodes = np.maximum(ep / np.minimum(gpus_per_domain, ep), 1.0)
+    return nodes * (1.0 - p_not_hit(slots, np.asarray(slots, float) / nodes, k))
+
+
+def a2a_copies(mode: CommMode, ep, gpus_per_domain, slots, k):
+    """(rdma_copies, nvlink_copies) per token sent from one rank, expected values.
+
+    Copies to the sending rank itself are local (HBM) and excluded.
+    """
+    mode = CommMode(mode)
+    ep = np.asarray(ep, dtype=float)
+    g = np.minimum(np.asarray(gpus_per_domain, dtype=float), ep)
+    local_frac = g / ep  # share of slots inside my NVLink domain (incl. myself)
+    self_frac = 1.0 / ep
+    if mode == CommMode.DEEPEP_LL:
+        rdma = k * (1.0 - local_frac)
+        nvl = k * (local_frac - self_frac)
+    elif mode == CommMode.DEEPEP_NORMAL:
+        nodes = np.maximum(ep / g, 1.0)
+        dn = expected_distinct_nodes(ep, g, slots, k)
+        # the own node is reached with probability 1 - p_not_hit(own node); remote = dn - that
+        p_own = 1.0 - p_not_hit(slots, np.asarray(slots, float) / nodes, k)
+        rdma = np.maximum(dn - p_own, 0.0)
+        dr = expected_distinct_ranks(ep, slots, k)
+        p_self = 1.0 - p_not_hit(slots, np.asarray(slots, float) / ep, k)
+        nvl = np.maximum(dr - p_self, 0.0)  # every destination rank gets its copy over NVLink
+    else:  # nccl, pplx: one copy per distinct destination rank, sent directly
+        dr = expected_distinct_ranks(ep, slots, k)
+        p_self = 1.0 - p_not_hit(slots, np.asarray(slots, float) / ep, k)
+        remote_share = np.where(ep > g, (ep - g) / np.maximum(ep - 1.0, 1e-12), 0.0)
+        others = np.maximum(dr - p_self, 0.0)
+        rdma = others * remote_share
+        nvl = others - rdma
+    zero = np.zeros(np.broadcast(ep, g).shape)
+    return rdma + zero, nvl + zero
+
+
+def ring_allreduce_bytes(n, message_bytes):
+    """Bytes each rank sends in a ring all-reduce: 2 (n-1)/n * M (NCCL ring)."""
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 1, 2.0 * (n - 1.0) / n * message_bytes, 0.0)
+
+
+def ring_allgather_bytes(n, message_bytes):
+    """Bytes each rank sends in a ring all-gather of a total message M: (n-1)/n * M."""
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 1, (n - 1.0) / n * message_bytes, 0.0)
