@@ -112,6 +112,14 @@ def _mount_optional():
         except Exception:  # noqa: BLE001 - a missing optional module must not break the CLI
             continue
         app.add_typer(sub, name=name, help=help_)
+    # command modules exposing register(app) (each adds its own @app.command()s)
+    for mod in ("moesim.commands.kernel", "moesim.commands.sweep", "moesim.commands.plan", "moesim.balance.cli",
+                "moesim.commands.validate", "moesim.commands.timeline"):
+        try:
+            reg = importlib.import_module(mod).register
+        except (ImportError, AttributeError):
+            continue
+        reg(app)
 
 
 _mount_optional()

@@ -1,0 +1,1 @@
+"""CLI command modules; each exposes register(app). Keep module-level imports light (typer only)."""
