@@ -61,6 +61,21 @@ def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False
     return prof, []
 
 
+def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="decode", overlap=None,
+                  cost_mode="calibrated", comm=None, expert_skew="auto", context_dist="fixed", profile_path=None,
+                  force_profile=False):
+    """The one evaluation path shared by estimate, sweep, pareto and plan (so they agree):
+    calibration profile + rank-imbalance factors + vectorized evaluate. -> (Evaluation, notes)."""
+    from moesim.imbalance_model import imbalance_factors
+
+    cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile)
+    imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
+    ev = evaluate(model, hw, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
+                  imbalance=imb)
+    return ev, notes + imb_notes + ev.notes
+
+
 @dataclass
 class EstimateResult:
     model: ModelSpec
@@ -128,13 +143,9 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
                        acceptance=acceptance, redundant=redundant_experts)
     require_valid(m, h, grid, phase)
-    prof, notes = load_profile_for(h, cost_mode, profile, force_profile)
-    imb = None
-    from moesim.imbalance_model import imbalance_factors
-    imb, imb_notes = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
-    notes += imb_notes
-    ev = evaluate(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
-                  imbalance=imb)
+    ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm,
+                              expert_skew=expert_skew, context_dist=context_dist, profile_path=profile,
+                              force_profile=force_profile)
     notes += ev.notes
     step = float(ev.values["step_time_s"][0])
     ops = []
