@@ -77,7 +77,7 @@ SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
 
 
 def slot_time(costs, slot: Slot, compute_scale=1.0):
-    """Compute-stream time of one slot: its compute ops plus blocking collectives."""
+    """Compute-stream time of one slot: its compute ops plus blocking collectives (TP all-reduce)."""
     total = 0.0
     for c in costs:
         if c.stage not in slot.stages or (slot.only and c.name not in slot.only) or c.name in slot.skip:
@@ -97,11 +97,26 @@ def comm_time(costs, op: str):
     return total
 
 
-def layer_period(costs, scheme: Scheme, periods: int = 4):
-    """Steady-state time per layer of `scheme` given the per-micro-batch op costs."""
+def slot_label(slot: Slot) -> str:
+    if slot.only:
+        return "+".join(slot.only)
+    return "S" + "".join(str(x) for x in slot.stages)
+
+
+def layer_period(costs, scheme: Scheme, periods: int = 4, trace: list | None = None):
+    """Steady-state time per layer of `scheme` given the per-micro-batch op costs.
+
+    SM partition: a comm kernel holding a share `s` of the SMs slows the compute it overlaps.
+    A slot with compute work W that starts while x seconds of comm are still in flight takes
+    min(W / (1 - s), W + x * s) — the compute runs on (1 - s) of the SMs while the comm lasts
+    (DeepSeek prefill: 108 of 132 SMs compute beside DeepEP normal). So overlap is never worse
+    than exposing the comm serially.
+    If `trace` is a list, (stream, micro_batch, label, start_s, end_s) tuples of the last two
+    periods are appended (arrays, shaped like the grid).
+    """
     sm = max((c.sm_share for c in costs if c.kind == OpKind.ALL_TO_ALL), default=0.0)
-    scale = 1.0 / (1.0 - sm) if scheme.holds_sms and sm > 0 else 1.0
-    dur = [slot_time(costs, s, scale) for s in scheme.slots]
+    s_share = sm if (scheme.holds_sms and sm > 0) else 0.0
+    dur = [slot_time(costs, s) for s in scheme.slots]
     comm = {op: comm_time(costs, op) for op in ("dispatch", "combine")}
     ready = {}  # (slot index, period) -> earliest start imposed by comm edges
     compute_free = 0.0
@@ -110,8 +125,14 @@ def layer_period(costs, scheme: Scheme, periods: int = 4):
     for p in range(periods):
         for i, s in enumerate(scheme.slots):
             start = par(compute_free, ready.get((i, p), 0.0))
-            end = seq(start, dur[i])
+            work = dur[i]
+            if s_share:
+                in_flight = np.maximum(comm_free - start, 0.0)
+                work = np.minimum(work / (1.0 - s_share), work + in_flight * s_share)
+            end = seq(start, work)
             compute_free = end
+            if trace is not None and p >= periods - 2:
+                trace.append(("compute", s.mb, slot_label(s), start, end))
             for e in scheme.edges:
                 if e.after == i:
                     c_start = par(end, comm_free)
@@ -119,6 +140,8 @@ def layer_period(costs, scheme: Scheme, periods: int = 4):
                     comm_free = c_end
                     key = (e.before, p + 1 if e.wrap else p)
                     ready[key] = par(ready.get(key, 0.0), c_end)
+                    if trace is not None and p >= periods - 2:
+                        trace.append(("comm", e.mb, e.op, c_start, c_end))
         ends.append(compute_free)
     # steady state: the last period's length (all edges into it are settled)
     return ends[-1] - ends[-2]
