@@ -35,7 +35,9 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
                 shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
                 factors[sel] = I.expert_rank_imbalance(tokens[sel], model.moe.top_k, shares)
         out["experts"] = factors
-    cv = I.context_dist(context_dist) if hasattr(I, "context_dist") else 0.0
+    cv = I.context_dist(context_dist)
     if phase != Phase.PREFILL and cv > 0:
-        out["attention"] = I.dp_attention_imbalance(grid.batch, grid.dp, grid.context, cv)
+        # expected max over DP ranks of the KV tokens a rank's requests hold (attention-core work)
+        out["attention"] = I.dp_attention_imbalance(grid.batch, grid.dp, grid.context, cv,
+                                                    context_skewness=I.context_skewness(context_dist))
     return out, notes
