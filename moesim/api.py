@@ -127,11 +127,16 @@ def _py(v):
 def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
              batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
              cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
-             profile=None, force_profile=False) -> EstimateResult:
-    """One configuration, per-op detail. Raises MoesimError subclasses on bad input."""
+             profile=None, force_profile=False, isl=None, osl=None) -> EstimateResult:
+    """One configuration, per-op detail. Raises MoesimError subclasses on bad input.
+    phase "mixed" (decode + chunked prefill in each step) needs isl and osl (tokens)."""
     phase = Phase.parse(phase, "phase")
     if phase == Phase.MIXED:
-        raise ConfigError("phase: mixed is not available yet; allowed: decode, prefill")
+        from moesim.mixed import estimate_mixed
+        return estimate_mixed(model, hardware, isl=isl, osl=osl, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch,
+                              context=context, mtp=mtp, acceptance=acceptance, redundant_experts=redundant_experts,
+                              overlap=overlap, cost_mode=cost_mode, comm=comm, set=set, expert_skew=expert_skew,
+                              context_dist=context_dist, profile=profile, force_profile=force_profile)
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     comm = CommMode.parse(comm, "comm") if comm else None
     overlap = Overlap.parse(overlap, "overlap") if overlap else None
@@ -148,6 +153,9 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
                               force_profile=force_profile)
     notes += ev.notes
     step = float(ev.values["step_time_s"][0])
+    if not np.isfinite(step):
+        raise ConfigError(f"overlap: {overlap.value if overlap else 'this schedule'} splits the batch into micro-batches "
+                          f"and needs batch >= 2; allowed for batch {batch:g}: serial, shared, sbo, ideal")
     ops = []
     agg = {}
     for c, n in ev.op_costs:

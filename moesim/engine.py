@@ -29,6 +29,7 @@ def default_comm(phase: Phase) -> CommMode:
 
 
 def default_overlap(phase: Phase) -> Overlap:
+    """The schedule a deployment would run (DeepSeek: two-batch prefill, five-stage decode)."""
     return Overlap.TWO_BATCH if Phase(phase) == Phase.PREFILL else Overlap.FIVE_STAGE
 
 
@@ -71,7 +72,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     """
     phase = Phase(phase)
     comm = CommMode(comm) if comm else default_comm(phase)
-    overlap = Overlap(overlap).value if overlap else default_overlap(phase).value
+    overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
     cm = CostModel(hw, model, cost_mode, profile)
     wanted = schemes_for(phase) if overlap == Overlap.AUTO.value else [overlap]
     if overlap != Overlap.AUTO.value and overlap not in (Overlap.IDEAL.value,) and overlap not in schemes_for(phase):
@@ -112,6 +113,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
                                                           ("mtp", wl.mtp_count)) for _ in g[name]])[0]
         else:
             step = seq(wl.n_moe_layers * moe_t, wl.n_dense_layers * dense_t, step_extra, mtp_t)
+        if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
+            step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)
     names = list(results)
     stack = np.stack([np.broadcast_to(results[s][0], (grid.size,)) for s in names])

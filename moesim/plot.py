@@ -35,3 +35,34 @@ def plot_timeline(tl: dict, out) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     plt.close(fig)
+
+
+def plot_parity(checks, out) -> None:
+    """Predicted vs published (log-log), one marker per numeric check, coloured by class."""
+    import math
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    pts = [(c.expected, c.predicted, c.cls, c.case) for c in checks
+           if isinstance(c.expected, float) and isinstance(c.predicted, float) and not math.isnan(c.rel_error)
+           and c.expected > 0 and c.predicted > 0]
+    markers = {"kernel": "o", "layer": "s", "system": "^", "economics": "D"}
+    for cls in sorted({p[2] for p in pts}):
+        xs = [p[0] for p in pts if p[2] == cls]
+        ys = [p[1] for p in pts if p[2] == cls]
+        ax.scatter(xs, ys, marker=markers.get(cls, "o"), label=cls)
+    if pts:
+        lo = min(min(p[0], p[1]) for p in pts) / 2
+        hi = max(max(p[0], p[1]) for p in pts) * 2
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color="grey", alpha=0.15, label="±20%")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("published")
+    ax.set_ylabel("predicted by moesim")
+    ax.legend(fontsize=8)
+    ax.set_title("moesim validate: parity")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

@@ -113,20 +113,30 @@ class CostModel:
             nvl_bw = np.where(np.asarray(nvl_bw, float) > 0, nvl_bw, rdma_bw)  # no NVLink: all over the NIC
             net = np.maximum(rdma / rdma_bw, nvl / nvl_bw)
         else:
-            # ring all-reduce / all-gather: over NVLink inside one domain, else over RDMA
+            # all-reduce / all-gather over NVLink inside one domain, else over RDMA. NCCL picks the
+            # faster algorithm: ring (2(n-1) latency steps, 2(n-1)/n M on the wire for all-reduce)
+            # or one-shot/LL (every rank pushes its data to all peers at once: one latency step for
+            # all-gather, two for all-reduce, (n-1) M on the wire) — NCCL tuning model.
             inside = group <= hw.domain_gpus
             bw = np.where(inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0),
                           hw.rdma_Bps(achievable))
             lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
-            steps = 2.0 * (group - 1.0) if op.comm_op == "all_reduce" else (group - 1.0)
-            alpha = steps * lat
+            msg = np.asarray(op.shape.get("bytes", 0.0), float)
+            ring_bytes = nvl + rdma
+            if op.comm_op == "all_reduce":
+                a_ring, a_one, one_bytes = 2.0 * (group - 1.0) * lat, 2.0 * lat, (group - 1.0) * msg
+            else:
+                a_ring, a_one, one_bytes = (group - 1.0) * lat, lat, ring_bytes
+            use_one = a_one + one_bytes / bw < a_ring + ring_bytes / bw
+            alpha = np.where(use_one, a_one, a_ring)
+            wire = np.where(use_one, one_bytes, ring_bytes)
             if self.profile is not None:
                 params = self.profile.collective_params(op.comm_op)
                 if params is not None:
                     a0, eff = params
                     alpha, bw = alpha + a0, bw * eff
                     prov = Provenance.FITTED.value
-            net = (nvl + rdma) / bw
+            net = wire / bw
         shape = np.broadcast(net, alpha).shape
         present = np.asarray(op.present, float)
         time_s = (np.broadcast_to(net, shape) + alpha) * present
