@@ -42,7 +42,7 @@ def _json_default(o):
 def estimate(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    phase: str = typer.Option("decode", help="decode | prefill"),
+    phase: str = typer.Option("decode", help="decode | prefill | mixed (needs --isl, --osl)"),
     tp: int = typer.Option(1, help="attention tensor parallel degree"),
     dp: Optional[int] = typer.Option(None, help="attention data-parallel groups (default: ep x moe_tp / tp)"),
     ep: Optional[int] = typer.Option(None, help="expert-parallel ranks (default: tp x dp / moe_tp)"),
@@ -60,12 +60,15 @@ def estimate(
     set_: Optional[List[str]] = SET_OPT,
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     out: Optional[Path] = typer.Option(None, "--out", help="write JSON to a file"),
+    isl: Optional[float] = typer.Option(None, "--isl", help="phase mixed: input (prompt) tokens per request"),
+    osl: Optional[float] = typer.Option(None, "--osl", help="phase mixed: output tokens per request"),
 ):
     """One step of one configuration: per-op time, share and bound, memory and throughput."""
     from moesim.api import estimate as run
     r = run(model, hardware, phase=phase, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context,
             mtp=mtp, acceptance=acceptance, redundant_experts=redundant_experts, overlap=overlap,
-            cost_mode=cost_mode, comm=comm, set=set_, expert_skew=expert_skew, context_dist=context_dist)
+            cost_mode=cost_mode, comm=comm, set=set_, expert_skew=expert_skew, context_dist=context_dist,
+            isl=isl, osl=osl)
     if json_out or out:
         _emit_json(r.to_dict(), out)
         if not json_out:
