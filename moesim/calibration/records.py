@@ -1,0 +1,148 @@
+"""Measurement CSVs: one schema for every kernel family, atomic appends, resume keys.
+
+Each row is one timed kernel configuration. Shape columns that do not apply stay empty. `source`
+says where the number comes from (a run on this machine, or a published row id + URL); `exclude`
+holds the reason a row is kept for the record but not fitted (superseded, other kernel, ...).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from moesim.errors import CalibrationError
+
+COLUMNS = [
+    "kernel", "backend", "mode", "op", "layout", "dtype",
+    "m", "n", "k", "groups", "batch", "q_len", "heads", "context",
+    "ep", "tokens", "hidden", "topk", "experts", "gpus_per_node", "topk_groups", "bytes",
+    "time_s", "tflops", "GBps",
+    "gpu", "sms", "driver", "lib_versions", "device", "date",
+    "source", "exclude", "note",
+]
+
+SHAPE_COLUMNS = ["mode", "op", "layout", "dtype", "m", "n", "k", "groups", "batch", "q_len", "heads", "context",
+                 "ep", "tokens", "hidden", "topk", "experts", "gpus_per_node", "topk_groups", "bytes"]
+
+# What identifies a measurement for resume: the kernel, how it ran, where, and its shape.
+KEY_COLUMNS = ["kernel", "backend", "device", "gpu"] + SHAPE_COLUMNS
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return repr(v)
+    return str(v)
+
+
+def normalize_key_value(v) -> str:
+    """Canonical text of a key cell so 64, 64.0 and '64' compare equal."""
+    s = _fmt(v).strip()
+    try:
+        f = float(s)
+    except ValueError:
+        return s
+    if math.isnan(f):
+        return ""
+    return _fmt(f)
+
+
+def row_key(row: Mapping) -> tuple:
+    return tuple(normalize_key_value(row.get(c, "")) for c in KEY_COLUMNS)
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    """Rows of a measurement CSV as dicts of strings. Partial/malformed trailing lines are dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+    if not text.strip():
+        return []
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    missing = [c for c in ("kernel", "time_s", "source") if c not in header]
+    if missing:
+        raise CalibrationError(f"{path}: not a moesim measurement CSV (missing columns {', '.join(missing)}); "
+                               f"expected the columns {', '.join(COLUMNS)}")
+    rows = []
+    for r in reader:
+        if None in r or any(v is None for v in r.values()):
+            continue  # ragged line (e.g. cut off by an interruption): not a measurement
+        rows.append({c: (r.get(c) or "") for c in COLUMNS})
+    return rows
+
+
+def done_keys(path: Path) -> set:
+    return {row_key(r) for r in read_csv_rows(path)}
+
+
+def _render(rows: Iterable[Mapping], header: bool) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n", extrasaction="raise")
+    if header:
+        w.writeheader()
+    for r in rows:
+        w.writerow({c: _fmt(r.get(c)) for c in COLUMNS})
+    return buf.getvalue()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file in the same folder + os.replace (all or nothing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def append_rows_atomic(path: Path, rows: list[Mapping]) -> None:
+    """Append rows: old content + new rows go to a temp file that replaces the CSV in one step.
+
+    An interruption at any point leaves either the old file or the old file plus these rows.
+    Existing rows are re-rendered in the current column order (older files with fewer columns
+    are upgraded in place).
+    """
+    path = Path(path)
+    old = read_csv_rows(path) if path.exists() else []
+    atomic_write_text(path, _render(list(old) + list(rows), header=True))
+
+
+def write_rows(path: Path, rows: list[Mapping]) -> None:
+    atomic_write_text(Path(path), _render(rows, header=True))

@@ -1,0 +1,128 @@
+"""Kernel-time models shared by the calibration fit (moesim.calibration.fit) and the profile
+reader (moesim.perf.profile). One definition, so a fitted parameter means the same thing on both
+sides. Everything is vectorized numpy; nothing here reads files.
+
+Efficiency is defined against the roofline of the kernel's own work:
+
+    eta(shape) = T_roofline(shape) / T_model(shape)            (0 < eta <= 1)
+    T_roofline = max(F / P, (B_in + B_out) / W)
+
+with F = FLOPs, B_in = bytes read, B_out = bytes written, P = dense tensor peak of the dtype,
+W = HBM bandwidth (hardware spec). The fitted model ("overlap_v1") is
+
+    T_model = t0 + max(F / (P * eta_c * u), B_in / (W * eta_m * u)) + B_out / W
+    u       = 1 - exp(-x / c)      x = thread blocks (CTAs) of the kernel per SM
+
+i.e. a main loop that is compute- or load-bound at fractions eta_c / eta_m of peak, slowed when
+the kernel has too few CTAs to fill the SMs (DeepGEMM has no split-K, so small m x n leaves SMs
+idle), an epilogue that writes the output without overlap, and a fixed per-kernel overhead t0
+(pipeline fill, scheduling; launch overhead is *not* in t0, it is Profile.launch_s). Since
+eta_c, eta_m, u <= 1 and t0 >= 0, T_model >= T_roofline, so eta is in (0, 1].
+
+A "peak" model is a pair of constants (eta_c, eta_m) from published best-case figures; the cost
+model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# FlashMLA / DeepSeek-V3 MLA decode geometry (absorbed form): K = 576 (512 latent + 64 RoPE), V = 512
+MLA_QK_DIM = 576
+MLA_V_DIM = 512
+
+DTYPE_BYTES = {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp4": 0.5}
+
+
+def dtype_bytes(dtype, default: float = 1.0) -> float:
+    if dtype is None:
+        return default
+    key = getattr(dtype, "value", dtype)
+    return DTYPE_BYTES.get(str(key).lower(), default)
+
+
+def out_bytes_for(dtype) -> float:
+    """GEMM output bytes per element: FP8 GEMMs write BF16 (DeepGEMM), others keep their dtype."""
+    b = dtype_bytes(dtype, 1.0)
+    return 2.0 if b < 2 else b
+
+
+# ---------------------------------------------------------------------------- work of a kernel
+def gemm_work(m, n, k, groups=1.0, in_bytes=1.0, out_bytes=2.0):
+    """(F, B_in, B_out) of `groups` GEMMs [m, k] x [k, n] (grouped GEMM: m tokens per group).
+
+    Bytes as the DeepGEMM README counts them (verified against its TFLOPS/GB/s pairs): inputs
+    m*k + n*k per group at `in_bytes`, output m*n at `out_bytes`; FP8 scales are not counted.
+    """
+    m = np.asarray(m, float)
+    n = np.asarray(n, float)
+    k = np.asarray(k, float)
+    g = np.asarray(groups, float)
+    flops = 2.0 * g * m * n * k
+    b_in = g * (m * k + n * k) * in_bytes
+    b_out = g * m * n * out_bytes
+    return flops, b_in, b_out
+
+
+def gemm_ctas_per_sm(m, n, groups, sms):
+    """DeepGEMM-like tiling: BLOCK_M 64 for m <= 64 else 128, BLOCK_N 128; CTAs / SMs."""
+    m = np.maximum(np.asarray(m, float), 1.0)
+    n = np.maximum(np.asarray(n, float), 1.0)
+    g = np.maximum(np.asarray(groups, float), 1.0)
+    bm = np.where(m <= 64.0, 64.0, 128.0)
+    return g * np.ceil(m / bm) * np.ceil(n / 128.0) / float(sms)
+
+
+def mla_decode_work(batch, q_len, heads, context, kv_bytes=2.0, q_bytes=2.0):
+    """(F, B_in, B_out) of absorbed-MLA decode attention over a latent KV cache (FlashMLA).
+
+    F = 2 * b * s_q * h * ctx * (576 + 512) (QK over 576 dims, PV over 512); reads the KV cache
+    b * ctx * 576 and the queries; writes b * s_q * h * 512 outputs.
+    """
+    b = np.asarray(batch, float)
+    s = np.asarray(q_len, float)
+    h = np.asarray(heads, float)
+    c = np.asarray(context, float)
+    flops = 2.0 * b * s * h * c * (MLA_QK_DIM + MLA_V_DIM)
+    b_in = b * c * MLA_QK_DIM * kv_bytes + b * s * h * MLA_QK_DIM * q_bytes
+    b_out = b * s * h * MLA_V_DIM * q_bytes
+    return flops, b_in, b_out
+
+
+def mla_ctas_per_sm(batch, q_len, heads, context, sms):
+    """FlashMLA tiles 64 query rows (s_q * h) per CTA and splits the KV sequence across SMs."""
+    b = np.maximum(np.asarray(batch, float), 1.0)
+    rows = np.maximum(np.asarray(q_len, float) * np.asarray(heads, float), 1.0)
+    c = np.maximum(np.asarray(context, float), 1.0)
+    return b * np.ceil(rows / 64.0) * np.ceil(c / 512.0) / float(sms)
+
+
+# ---------------------------------------------------------------------------- time models
+def roofline_time(flops, b_in, b_out, peak, bw):
+    return np.maximum(np.asarray(flops, float) / peak, (np.asarray(b_in, float) + b_out) / bw)
+
+
+def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c):
+    """T_model of the overlap_v1 form (module docstring)."""
+    x = np.asarray(ctas_per_sm, float)
+    u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
+    u = np.maximum(u, 1e-12)
+    main = np.maximum(np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u))
+    return t0_s + main + np.asarray(b_out, float) / bw
+
+
+def efficiency_from_times(t_roof, t_model):
+    """eta = roofline / model, clipped to (0, 1]; 1 where there is no work at all."""
+    t_roof = np.asarray(t_roof, float)
+    t_model = np.asarray(t_model, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eta = np.where(t_model > 0, t_roof / t_model, 1.0)
+    eta = np.where(t_roof > 0, eta, 1.0)
+    return np.clip(eta, 1e-9, 1.0)
+
+
+def alpha_beta_a2a(alpha_s, rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps):
+    """EP all-to-all: time = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps)."""
+    return alpha_s + np.maximum(np.asarray(rdma_bytes, float) / rdma_Bps, np.asarray(nvl_bytes, float) / nvl_Bps)
+
+
+OVERLAP_PARAMS = ("eta_c", "eta_m", "t0_us", "c")
