@@ -113,15 +113,21 @@ def memory(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: C
     # per expert for dispatch (FP8+scales) and combine (BF16), double-buffered (DeepEP README /
     # Buffer.get_low_latency_rdma_size_hint); normal mode: DeepEP defaults 1 GB NVL + 1 GB RDMA.
     buf = z
+    buf_per_unit = z
     if model.is_moe:
         max_tok = np.maximum(np.ceil(t / tp / 128.0) * 128.0, 128.0)
         if CommMode(comm) == CommMode.DEEPEP_NORMAL:
             buf = z + 2.0e9
         else:
             per_tok = d * 1.0 + d / 128 * 4.0 + d * 2.0
-            buf = np.where(ep > 1, 2.0 * max_tok * model.moe.num_experts * per_tok, 0.0)
-    fixed = attn + experts + shared + dense + embedding + mtp + buf + hw.memory_reserve_bytes
-    per_req = per_unit + (act_per_token * (grid.q_len if phase != Phase.PREFILL else 1.0))
+            per_slot = 2.0 * model.moe.num_experts * per_tok
+            buf = np.where(ep > 1, per_slot * max_tok, 0.0)
+            # affine upper bound for max_batch: buffers grow by < 1 slot per token plus one 128 block
+            buf_per_unit = np.where(ep > 1, per_slot * (grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 0.0)
+    weights_fixed = attn + experts + shared + dense + embedding + mtp + hw.memory_reserve_bytes
+    fixed = weights_fixed + np.where(buf_per_unit > 0, buf_per_unit / np.maximum(
+        (grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 1e-30) * 128.0, buf)
+    per_req = per_unit + (act_per_token * (grid.q_len if phase != Phase.PREFILL else 1.0)) + buf_per_unit
     return Memory(attn, experts, shared, dense, embedding, mtp, kv, act, buf, hw.memory_reserve_bytes,
                   hw.memory_bytes, per_req, fixed)
 
