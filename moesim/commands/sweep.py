@@ -57,8 +57,9 @@ def _axes(**flags) -> dict:
 def _run_sweep(model, hardware, set_, phase, tp, dp, ep, moe_tp, batch, context, mtp, acceptance, redundant,
                overlap, comm, cost_mode, expert_skew, context_dist, isl, osl, study, min_tpu, max_tpot, max_ttft,
                only_fits):
-    from moesim.sweep import sweep
+    from moesim.sweep import sweep, tune_malloc
 
+    tune_malloc()
     axes = _axes(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp, acceptance=acceptance,
                  redundant=redundant, overlap=overlap, comm=comm)
     if hardware is not None and "," in hardware:
@@ -315,6 +316,9 @@ def register(app: typer.Typer) -> None:
         import json
 
         from moesim.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
+        from moesim.sweep import tune_malloc
+
+        tune_malloc()
 
         pax = {**DEFAULT_PREFILL_AXES, **_axes(tp=prefill_tp, ep=prefill_ep, batch=prefill_batch)}
         dax = {**DEFAULT_DECODE_AXES, **_axes(tp=tp, ep=ep, batch=batch, context=context, mtp=mtp,
@@ -344,16 +348,16 @@ def print_disagg(r):
              f"TPOT <= {w['max_tpot_s'] * 1e3:g} ms; prefill on {w['prefill_hardware']}, decode on "
              f"{w['decode_hardware']} ({w['cost_mode']})"]
 
-    def cfg(row):
-        return (f"TP{row['tp']} DP{row['dp']} EP{row['ep']} ({row['gpus']} GPUs), batch {row['batch']:g}, "
+    def cfg(row, unit):
+        return (f"TP{row['tp']} DP{row['dp']} EP{row['ep']} ({row['gpus']} GPUs), batch {row['batch']:g} {unit}, "
                 f"overlap {row['overlap']}")
 
     p, d, a = r.prefill, r.decode, r.aggregated
     if p:
-        lines.append(f"prefill pool     {cfg(p)} tokens/DP group: {p['tokens_per_s_per_gpu']:,.0f} input tok/s/GPU, "
+        lines.append(f"prefill pool     {cfg(p, 'tokens/DP group')}: {p['tokens_per_s_per_gpu']:,.0f} input tok/s/GPU, "
                      f"TTFT {p['ttft_total_s'] * 1e3:,.1f} ms (KV transfer {p['kv_transfer_s'] * 1e3:.2f} ms)")
     if d:
-        lines.append(f"decode pool      {cfg(d)} requests/DP group, context {d['context']:g}: "
+        lines.append(f"decode pool      {cfg(d, 'requests/DP group')}, context {d['context']:g}: "
                      f"{d['tokens_per_s_per_gpu']:,.0f} output tok/s/GPU, TPOT {d['tpot_s'] * 1e3:.1f} ms "
                      f"({d['tokens_per_s_per_user']:.1f} tok/s/user)")
     if p and d:
@@ -373,7 +377,7 @@ def print_disagg(r):
                          f"{dep['output_tokens_per_s_per_gpu']:,.0f} output tok/s/GPU, "
                          f"{dep['requests_per_s']:,.1f} requests/s")
     if a:
-        lines.append(f"aggregated best  {cfg(a)}, context {a['context']:g}: {a['tokens_per_s_per_gpu']:,.0f} "
+        lines.append(f"aggregated best  {cfg(a, 'requests/DP group')}, context {a['context']:g}: {a['tokens_per_s_per_gpu']:,.0f} "
                      f"output tok/s/GPU, TPOT {a['tpot_s'] * 1e3:.1f} ms, TTFT {a['ttft_s'] * 1e3:,.1f} ms "
                      f"(prefill chunk {a['prefill_chunk_tokens']:,.0f} tokens/step)")
         if r.speedup_vs_aggregated == r.speedup_vs_aggregated:
