@@ -7,7 +7,7 @@ from moesim.specs import load_hardware, load_model  # noqa: E402  (light: numpy 
 def __getattr__(name):
     # Heavy entry points load lazily so `moesim --help` stays fast.
     if name == "estimate":
-        from moesim.estimate import estimate
+        from moesim.api import estimate
         return estimate
     if name == "sweep":
         from moesim.sweep import sweep

@@ -54,7 +54,7 @@ def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False
         from moesim.perf.profile import load_profile
     except ImportError:  # calibration package not present
         return None, [f"no calibration support installed: {cost_mode} falls back to roofline efficiencies"]
-    prof = load_profile(hw, path=profile_path, force=force)
+    prof = _cached_profile(load_profile, hw, profile_path, force)
     if prof is None:
         return None, [f"no calibration profile for {hw.name}: kernels use peak efficiencies (roofline) "
                       f"plus launch overhead"]
@@ -74,6 +74,27 @@ def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="deco
     ev = evaluate(model, hw, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
                   imbalance=imb)
     return ev, notes + imb_notes + ev.notes
+
+
+_PROFILE_CACHE: dict = {}
+
+
+def _cached_profile(load_profile, hw, path, force):
+    """Profiles are read once per (file, mtime, hardware): sweeps call this many times."""
+    import os
+
+    from moesim.specs.loader import data_root
+    p = path or data_root() / "calibration" / "profiles" / f"{hw.name}.yaml"
+    try:
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
+        mtime = None
+    key = (str(p), mtime, repr(hw), bool(force))
+    if key not in _PROFILE_CACHE:
+        if len(_PROFILE_CACHE) > 32:
+            _PROFILE_CACHE.clear()
+        _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+    return _PROFILE_CACHE[key]
 
 
 @dataclass

@@ -15,7 +15,7 @@ from moesim.memory import max_batch, memory
 from moesim.metrics import metrics
 from moesim.perf.cost import BOUND_CODES, CostModel
 from moesim.schedule.primitives import seq
-from moesim.schedule.schemes import SCHEMES, ideal_period, layer_period
+from moesim.schedule.schemes import SCHEMES, StageSums, ideal_period, layer_period
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.types import CommMode, CostMode, Overlap, Phase, Stream
@@ -48,19 +48,13 @@ class Evaluation:
     notes: list = field(default_factory=list)
 
 
-def _group_time(costs, scheme: str):
-    if scheme == Overlap.IDEAL.value:
-        return ideal_period(costs)[0]
-    return layer_period(costs, SCHEMES[scheme])
-
-
 def _bottleneck(costs_with_counts):
     """Time-weighted dominant bound over all ops (serial view): compute/memory/network/latency."""
-    acc = [0.0, 0.0, 0.0, 0.0]
-    for c, n in costs_with_counts:
-        for j in range(4):
-            acc[j] = acc[j] + np.where(c.bound == j, c.time_s, 0.0) * n
-    return np.argmax(np.stack(np.broadcast_arrays(*acc)), axis=0)
+    n_cfg = max(np.size(c.time_s) for c, _ in costs_with_counts)
+    times = np.stack([np.broadcast_to(np.asarray(c.time_s * n, float), (n_cfg,)) for c, n in costs_with_counts])
+    bounds = np.stack([np.broadcast_to(c.bound, (n_cfg,)) for c, _ in costs_with_counts])
+    acc = np.stack([np.where(bounds == j, times, 0.0).sum(axis=0) for j in range(4)])
+    return np.argmax(acc, axis=0)
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,
@@ -89,55 +83,66 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
                 if imbalance:
                     costs = _apply_imbalance(costs, imbalance)
                 groups[name] = costs
-            cache[ub] = (wl, groups)
+            n_block = len(groups["mtp"]) - 2
+            sums = {name: StageSums(groups[name]) for name in ("moe_layer", "dense_layer")}
+            extra = {"step": seq(*[c.time_s for c in groups["step"]]),
+                     "mtp": seq(groups["mtp"][0].time_s, groups["mtp"][-1].time_s) if n_block >= 0 else 0.0}
+            counted = [(c, wl.n_moe_layers * ub) for c in groups["moe_layer"]] + \
+                      [(c, wl.n_dense_layers * ub) for c in groups["dense_layer"]] + \
+                      [(c, ub) for c in groups["step"]] + [(c, wl.mtp_count * ub) for c in groups["mtp"]]
+            cache[ub] = (wl, groups, sums, extra, counted)
         return cache[ub]
 
     results = {}
     for scheme in wanted:
         ub = 1 if scheme in ("serial", "shared", "sbo", "ideal") else SCHEMES[scheme].micro_batches
-        wl, g = priced(ub)
-        moe_t = _group_time(g["moe_layer"], scheme) if g["moe_layer"] else 0.0
-        dense_t = _group_time(g["dense_layer"], scheme) if g["dense_layer"] else 0.0
-        # step-level ops (embedding, LM head) once per step per micro-batch, serially
-        step_extra = seq(*[c.time_s for c in g["step"]]) * ub
-        mtp_t = 0.0
-        if g["mtp"]:
-            mtp_t = _group_time(g["mtp"], scheme) * wl.mtp_count
+        wl, g, sums, extra, counted = priced(ub)
         if scheme == Overlap.IDEAL.value:
             # the step's roofline: compute, HBM and network each busy all the time; a lower bound
             # of every schedule (seed 002 takes the same max per layer; step-level ops such as the
             # LM head join the sums instead of adding serially)
-            step = ideal_period([c for name in ("moe_layer", "dense_layer", "step", "mtp") for c in g[name]],
-                                counts=[n for name, n in (("moe_layer", wl.n_moe_layers),
-                                                          ("dense_layer", wl.n_dense_layers), ("step", 1.0),
-                                                          ("mtp", wl.mtp_count)) for _ in g[name]])[0]
+            step, _ = ideal_period([c for c, _n in counted], counts=[n for _c, n in counted])
+            moe_t = ideal_period(g["moe_layer"])[0] if g["moe_layer"] else 0.0
+            dense_t = ideal_period(g["dense_layer"])[0] if g["dense_layer"] else 0.0
         else:
-            step = seq(wl.n_moe_layers * moe_t, wl.n_dense_layers * dense_t, step_extra, mtp_t)
+            sch = SCHEMES[scheme]
+            moe_t = layer_period(sums["moe_layer"], sch) if g["moe_layer"] else 0.0
+            dense_t = layer_period(sums["dense_layer"], sch) if g["dense_layer"] else 0.0
+            # the MTP module is one more transformer block (same schedule) plus eh_proj and its
+            # LM head, which run serially; step-level ops (embedding, LM head) once per micro-batch
+            mtp_t = 0.0
+            if g["mtp"]:
+                block = moe_t if model.is_moe else dense_t
+                mtp_t = (block + extra["mtp"] * ub) * wl.mtp_count
+            step = seq(wl.n_moe_layers * moe_t, wl.n_dense_layers * dense_t, extra["step"] * ub, mtp_t)
         if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
             step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)
     names = list(results)
+    idx = np.arange(grid.size)
     stack = np.stack([np.broadcast_to(results[s][0], (grid.size,)) for s in names])
-    best = np.argmin(stack, axis=0)
-    step = stack[best, np.arange(grid.size)]
-    moe_t = np.stack([np.broadcast_to(results[s][1], (grid.size,)) for s in names])[best, np.arange(grid.size)]
-    dense_t = np.stack([np.broadcast_to(results[s][2], (grid.size,)) for s in names])[best, np.arange(grid.size)]
+    best = np.argmin(stack, axis=0) if len(names) > 1 else np.zeros(grid.size, dtype=int)
+    step = stack[best, idx]
+    moe_t = np.stack([np.broadcast_to(results[s][1], (grid.size,)) for s in names])[best, idx]
+    dense_t = np.stack([np.broadcast_to(results[s][2], (grid.size,)) for s in names])[best, idx]
 
-    # per-step op list of the chosen scheme (first config's scheme for the detail table)
+    # bottleneck per configuration, from the op costs of the scheme it runs
+    chosen_ub = np.array([1 if s in ("serial", "shared", "sbo", "ideal") else SCHEMES[s].micro_batches
+                          for s in names])[best]
+    is_ideal = np.array([s == "ideal" for s in names])[best]
+    bott = np.zeros(grid.size, dtype=int)
+    for ub in np.unique(chosen_ub):
+        counted = priced(int(ub))[4]
+        sel = (chosen_ub == ub) & ~is_ideal
+        if sel.any():
+            bott = np.where(sel, _bottleneck(counted), bott)
+        if (is_ideal & (chosen_ub == ub)).any():
+            _, (comp, mem_t, net) = ideal_period([c for c, _n in counted], counts=[n for _c, n in counted])
+            ib = np.argmax(np.stack(np.broadcast_arrays(comp, mem_t, net)), axis=0)
+            bott = np.where(is_ideal, ib, bott)
     chosen = names[int(best[0])]
-    ub = 1 if chosen in ("serial", "shared", "sbo", "ideal") else SCHEMES[chosen].micro_batches
-    wl, g = priced(ub)
-    counted = [(c, wl.n_moe_layers * ub) for c in g["moe_layer"]] + \
-              [(c, wl.n_dense_layers * ub) for c in g["dense_layer"]] + \
-              [(c, ub) for c in g["step"]] + [(c, wl.mtp_count * ub) for c in g["mtp"]]
+    counted = priced(int(chosen_ub[0]))[4]
     flops = seq(*[c.flops * n for c, n in counted])
-    if chosen == "ideal":
-        comp = seq(*[c.compute_s * n for c, n in counted])
-        mem_t = seq(*[c.memory_s * n for c, n in counted])
-        net = seq(*[c.network_s * n for c, n in counted])
-        bott = np.argmax(np.stack(np.broadcast_arrays(comp, mem_t, net)), axis=0)
-    else:
-        bott = _bottleneck(counted)
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals = metrics(grid, phase, step, flops, peak, hw.gpus_per_node)
     mem = memory(model, hw, grid, phase, comm)

@@ -76,25 +76,40 @@ FIVE_STAGE = Scheme("five-stage", 2, (
 SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
 
 
-def slot_time(costs, slot: Slot, compute_scale=1.0):
+class StageSums:
+    """Per-stage compute-stream time of one micro-batch (blocking collectives included; the
+    all-to-alls separate), computed in one pass over the op costs so that every scheme reuses it."""
+
+    def __init__(self, costs):
+        self.stage = {}
+        self.named = {}
+        self.comm = {"dispatch": 0.0, "combine": 0.0}
+        self.sm_share = 0.0
+        for c in costs:
+            if c.kind == OpKind.ALL_TO_ALL:
+                op = "dispatch" if c.name.endswith("dispatch") else "combine"
+                self.comm[op] = seq(self.comm[op], c.time_s)
+                self.sm_share = max(self.sm_share, c.sm_share)
+                continue
+            self.stage[c.stage] = seq(self.stage.get(c.stage, 0.0), c.time_s)
+            if c.name in NAMED_OPS:
+                self.named[c.name] = seq(self.named.get(c.name, 0.0), c.time_s)
+
+    def slot(self, slot: "Slot"):
+        if slot.only:
+            return seq(*[self.named.get(n, 0.0) for n in slot.only])
+        t = seq(*[self.stage.get(st, 0.0) for st in slot.stages])
+        for n in slot.skip:
+            t = t - self.named.get(n, 0.0)
+        return t
+
+
+NAMED_OPS = ("experts_down",)  # ops that schemes address by name (SBO streams combine behind it)
+
+
+def slot_time(costs, slot: Slot):
     """Compute-stream time of one slot: its compute ops plus blocking collectives (TP all-reduce)."""
-    total = 0.0
-    for c in costs:
-        if c.stage not in slot.stages or (slot.only and c.name not in slot.only) or c.name in slot.skip:
-            continue
-        if c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL:
-            continue
-        scale = compute_scale if c.stream == Stream.COMPUTE else 1.0
-        total = seq(total, c.time_s * scale)
-    return total
-
-
-def comm_time(costs, op: str):
-    total = 0.0
-    for c in costs:
-        if c.kind == OpKind.ALL_TO_ALL and c.name.endswith(op):
-            total = seq(total, c.time_s)
-    return total
+    return StageSums(costs).slot(slot)
 
 
 def slot_label(slot: Slot) -> str:
@@ -103,28 +118,35 @@ def slot_label(slot: Slot) -> str:
     return "S" + "".join(str(x) for x in slot.stages)
 
 
-def layer_period(costs, scheme: Scheme, periods: int = 4, trace: list | None = None):
-    """Steady-state time per layer of `scheme` given the per-micro-batch op costs.
+def layer_period(costs, scheme: Scheme, periods: int = 3, trace: list | None = None):
+    """Steady-state time per layer of `scheme` given the per-micro-batch op costs (a list of
+    OpCost or a StageSums).
 
     SM partition: a comm kernel holding a share `s` of the SMs slows the compute it overlaps.
     A slot with compute work W that starts while x seconds of comm are still in flight takes
     min(W / (1 - s), W + x * s) — the compute runs on (1 - s) of the SMs while the comm lasts
     (DeepSeek prefill: 108 of 132 SMs compute beside DeepEP normal). So overlap is never worse
     than exposing the comm serially.
+    The schedule is a max-plus linear system; its period settles after the first layer (checked
+    against 12 simulated layers in tests), so 3 simulated layers give the steady state.
     If `trace` is a list, (stream, micro_batch, label, start_s, end_s) tuples of the last two
     periods are appended (arrays, shaped like the grid).
     """
-    sm = max((c.sm_share for c in costs if c.kind == OpKind.ALL_TO_ALL), default=0.0)
-    s_share = sm if (scheme.holds_sms and sm > 0) else 0.0
-    dur = [slot_time(costs, s) for s in scheme.slots]
-    comm = {op: comm_time(costs, op) for op in ("dispatch", "combine")}
+    ss = costs if isinstance(costs, StageSums) else StageSums(costs)
+    s_share = ss.sm_share if scheme.holds_sms else 0.0
+    dur = [ss.slot(s) for s in scheme.slots]
+    comm = ss.comm
+    after = {}
+    for e in scheme.edges:
+        after.setdefault(e.after, []).append(e)
     ready = {}  # (slot index, period) -> earliest start imposed by comm edges
     compute_free = 0.0
     comm_free = 0.0
     ends = []
     for p in range(periods):
         for i, s in enumerate(scheme.slots):
-            start = par(compute_free, ready.get((i, p), 0.0))
+            r = ready.get((i, p))
+            start = compute_free if r is None else par(compute_free, r)
             work = dur[i]
             if s_share:
                 in_flight = np.maximum(comm_free - start, 0.0)
@@ -133,15 +155,14 @@ def layer_period(costs, scheme: Scheme, periods: int = 4, trace: list | None = N
             compute_free = end
             if trace is not None and p >= periods - 2:
                 trace.append(("compute", s.mb, slot_label(s), start, end))
-            for e in scheme.edges:
-                if e.after == i:
-                    c_start = par(end, comm_free)
-                    c_end = seq(c_start, comm[e.op])
-                    comm_free = c_end
-                    key = (e.before, p + 1 if e.wrap else p)
-                    ready[key] = par(ready.get(key, 0.0), c_end)
-                    if trace is not None and p >= periods - 2:
-                        trace.append(("comm", e.mb, e.op, c_start, c_end))
+            for e in after.get(i, ()):
+                c_start = par(end, comm_free)
+                c_end = seq(c_start, comm[e.op])
+                comm_free = c_end
+                key = (e.before, p + 1 if e.wrap else p)
+                ready[key] = c_end if key not in ready else par(ready[key], c_end)
+                if trace is not None and p >= periods - 2:
+                    trace.append(("comm", e.mb, e.op, c_start, c_end))
         ends.append(compute_free)
     # steady state: the last period's length (all edges into it are settled)
     return ends[-1] - ends[-2]

@@ -26,6 +26,7 @@ class Workload:
     n_dense_layers: int
     mtp_count: np.ndarray = field(default=0.0)
     micro_batches: int = 1
+    mtp_extra: list = field(default_factory=list)  # MTP ops outside its transformer block
 
     def all_ops(self):
         return self.moe_layer + self.dense_layer + self.step + self.mtp
@@ -74,7 +75,8 @@ def build(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: Co
                     dtype=Dtype.BF16, block=0, stage=5)]
         mtp_count = grid.mtp.astype(float)
     return Workload(moe_layer=moe, dense_layer=dense, step=step, mtp=mtp, n_moe_layers=model.n_moe_layers,
-                    n_dense_layers=model.n_dense_layers, mtp_count=mtp_count, micro_batches=micro_batches)
+                    n_dense_layers=model.n_dense_layers, mtp_count=mtp_count, micro_batches=micro_batches,
+                    mtp_extra=[mtp[0], mtp[-1]] if mtp else [])
 
 
 def _renamed(op: OpWork, prefix: str) -> OpWork:
