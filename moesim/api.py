@@ -9,6 +9,7 @@ from moesim.config import require_valid
 from moesim.engine import evaluate, schemes_for
 from moesim.errors import ConfigError
 from moesim.grid import Grid
+from moesim.metrics import metrics
 from moesim.specs import load_hardware, load_model, parse_overrides
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
@@ -71,9 +72,49 @@ def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="deco
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile)
     imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
-    ev = evaluate(model, hw, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
-                  imbalance=imb)
+    dd = _dedupe(grid)
+    if dd is None:
+        ev = evaluate(model, hw, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
+                      imbalance=imb)
+        return ev, notes + imb_notes + ev.notes
+    # configurations that differ only in acceptance share every op cost: evaluate each distinct
+    # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
+    first, inverse = dd
+    sub = grid.take(first)
+    sub_imb = {k: np.broadcast_to(v, (grid.size,))[first] for k, v in imb.items()} if imb else imb
+    ev = evaluate(model, hw, sub, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
+                  imbalance=sub_imb)
+    vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
+    peak = hw.peak_flops(model.precision.weight_dtype)
+    flops = vals["mfu"] * vals["step_time_s"] * peak
+    vals.update(metrics(grid, phase, vals["step_time_s"], flops, peak, hw.gpus_per_node))
+    ev.grid, ev.values = grid, vals
     return ev, notes + imb_notes + ev.notes
+
+
+COST_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "redundant")  # all but acceptance
+
+
+def _dedupe(grid: Grid):
+    """-> (first index of each distinct cost-relevant row, inverse) or None when not worth it.
+    Exact: rows are keyed by the bits of their values and the grouping is verified."""
+    n = grid.size
+    if n < 256 or np.ptp(grid.acceptance) == 0:
+        return None
+    key = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i, a in enumerate(COST_AXES):
+            bits = np.ascontiguousarray(getattr(grid, a), dtype=np.float64).view(np.uint64)
+            key = (key ^ (bits + np.uint64(0x9E3779B97F4A7C15) + (key << np.uint64(6)) + (key >> np.uint64(2)))) \
+                * np.uint64(0xBF58476D1CE4E5B9 + 2 * i)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if first.size > 0.75 * n:
+        return None
+    for a in COST_AXES:
+        col = getattr(grid, a)
+        if not np.array_equal(col[first][inverse], col):
+            return None  # hash collision: evaluate every row
+    return first, inverse
 
 
 _PROFILE_CACHE: dict = {}

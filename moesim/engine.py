@@ -51,10 +51,13 @@ class Evaluation:
 def _bottleneck(costs_with_counts):
     """Time-weighted dominant bound over all ops (serial view): compute/memory/network/latency."""
     n_cfg = max(np.size(c.time_s) for c, _ in costs_with_counts)
-    times = np.stack([np.broadcast_to(np.asarray(c.time_s * n, float), (n_cfg,)) for c, n in costs_with_counts])
-    bounds = np.stack([np.broadcast_to(c.bound, (n_cfg,)) for c, _ in costs_with_counts])
-    acc = np.stack([np.where(bounds == j, times, 0.0).sum(axis=0) for j in range(4)])
-    return np.argmax(acc, axis=0)
+    acc = np.zeros(4 * n_cfg)
+    col = np.arange(n_cfg)
+    for c, n in costs_with_counts:  # loop over ops (~100), each a vector over all configurations
+        t = np.broadcast_to(np.asarray(c.time_s * n, float), (n_cfg,))
+        b = np.broadcast_to(c.bound, (n_cfg,))
+        acc += np.bincount(b * n_cfg + col, weights=t, minlength=4 * n_cfg)
+    return np.argmax(acc.reshape(4, n_cfg), axis=0)
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,
