@@ -174,9 +174,15 @@ def run_case(case, by_id) -> list[Check]:
         for k, v in expect.items():
             checks.append(_compare(cid, cls or "economics", k, rep[k], v, tol))
         return checks
-    if inputs:  # capacity plan from traffic
-        from moesim.plan import plan_from_case
-        res = plan_from_case(inputs)
+    if inputs:  # capacity plan from traffic: the planner with the model's own throughputs
+        from moesim.plan import plan
+        from moesim.traffic import traffic_from_dict
+        keys = ("input_tokens", "cache_hit_tokens", "output_tokens", "hours", "context", "prefill", "decode", "slo",
+                "prices", "prompt_length")
+        t = traffic_from_dict({k: (_num(v) if not isinstance(v, dict) else v) for k, v in inputs.items() if k in keys}
+                              | ({} if "slo" in inputs else {"slo": {"min_tokens_per_s_per_user": 20}}))
+        res = plan(t, inputs.get("model", "deepseek-v3"), inputs.get("hardware", "h800"),
+                   inputs.get("cost_mode", "calibrated")).to_dict()
         for k, v in expect.items():
             checks.append(_compare(cid, cls or "system", k, res[k], v, tol))
         return checks

@@ -19,8 +19,13 @@ RUNNERS = {"gemm": "moesim.calibration.gemm", "grouped_gemm": "moesim.calibratio
 
 def run_kernel(kernel: str, backend: Optional[str] = None, device: Optional[str] = None, quick: bool = False,
                out: Optional[Path] = None, shapes=None, progress: bool = True, warmup=None, repeats=None,
-               echo=print):
-    """Python entry point of `calibrate run`: returns the RunResult, or None when skipped."""
+               threads: Optional[int] = None, echo=print):
+    """Python entry point of `calibrate run`: returns the RunResult, or None when skipped.
+
+    threads: CPU only, torch intra-op threads for the run (recorded in the `sms` column). One thread
+    is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
+    descheduled.
+    """
     import importlib
 
     from moesim.calibration import backends as B
@@ -39,6 +44,10 @@ def run_kernel(kernel: str, backend: Optional[str] = None, device: Optional[str]
         echo(str(e))
         return None
     spec = importlib.import_module(RUNNERS[kernel]).SPEC
+    if threads and dev == "cpu":
+        import torch
+
+        torch.set_num_threads(int(threads))
     machine = B.machine_info(dev, b)
     if out is None:
         from moesim.specs.loader import data_root
@@ -92,9 +101,10 @@ def run_cmd(
     quick: bool = typer.Option(False, "--quick", help="a small subset of the shapes"),
     out: Optional[Path] = typer.Option(None, "--out", help="CSV to append to (default: "
                                                             "calibration/measurements/<gpu>/<kernel>.csv)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU only: torch threads (default: torch's)"),
 ):
     """Time one kernel family over DeepSeek-V3 shapes; re-running resumes where it stopped."""
-    run_kernel(kernel, backend, device, quick, out, echo=typer.echo)
+    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo)
 
 
 @app.command("fit")

@@ -43,6 +43,7 @@ from moesim.workload.comm import (combine_bytes_per_token, dispatch_bytes_per_to
                                   ring_allreduce_bytes)
 
 SCHEMA_VERSION = 1
+MIN_ROWS_OVERLAP = 6  # the 4-parameter kernel model needs more rows than parameters for a meaningful CV
 KERNEL_FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
 COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
 COLLECTIVE_OPS = ("all_reduce", "all_gather")
@@ -276,17 +277,21 @@ def kernel_data(df: pd.DataFrame, family: str, peaks: Peaks, notes: list) -> Ker
                       dt, d.backend.iloc[0])
 
 
-def _overlap_predict(p, kd: KernelData, idx):
+Q_CHOICES = (np.inf, 2.0, 1.0)  # max (overlapped), 2-norm, sum (serial); earlier entries win ties
+Q_MARGIN = 0.005  # a later q must improve the held-out median by half a percentage point
+
+
+def _overlap_predict(p, kd: KernelData, idx, q=np.inf):
     return E.overlap_time(kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx], kd.peak, kd.bw, p[0], p[1], p[2] * 1e-6,
-                          p[3])
+                          p[3], q)
 
 
-def _overlap_fit(kd: KernelData, idx):
+def _overlap_fit(kd: KernelData, idx, q=np.inf):
     lo = np.array([0.005, 0.005, 0.0, 0.005])
     hi = np.array([1.0, 1.0, 1e5, 50.0])
 
     def res(p):
-        return np.log(_overlap_predict(p, kd, idx) / kd.t[idx])
+        return np.log(_overlap_predict(p, kd, idx, q) / kd.t[idx])
 
     t0_guess = float(np.min(kd.t[idx])) * 1e6 * 0.3
     starts = [[0.7, 0.8, t0_guess, c] for c in (0.05, 0.3, 2.0)] + [[0.3, 0.3, 0.0, 0.5]]
@@ -301,9 +306,16 @@ def _shape_cols(family: str) -> list[str]:
 def fit_overlap_family(kd: KernelData, gpu: str, folds: int | None) -> dict:
     n = len(kd.t)
     all_idx = np.arange(n)
-    p = _overlap_fit(kd, all_idx)
-    fitted = _overlap_predict(p, kd, all_idx)
-    errs, k = cross_validate(n, lambda tr: _overlap_fit(kd, tr), lambda q, te: _overlap_predict(q, kd, te), kd.t, folds)
+    best = None
+    for q in Q_CHOICES:  # how loads and math combine: chosen by held-out error
+        errs, k = cross_validate(n, lambda tr, q=q: _overlap_fit(kd, tr, q),
+                                 lambda p, te, q=q: _overlap_predict(p, kd, te, q), kd.t, folds)
+        med = float(np.nanmedian(np.abs(errs))) if np.isfinite(errs).any() else np.inf
+        if best is None or med < best[0] - Q_MARGIN:
+            best = (med, q, errs, k)
+    _, q, errs, k = best
+    p = _overlap_fit(kd, all_idx, q)
+    fitted = _overlap_predict(p, kd, all_idx, q)
     cols = _shape_cols(kd.family)
     residuals = []
     for i, r in enumerate(kd.rows.itertuples()):
@@ -316,7 +328,8 @@ def fit_overlap_family(kd: KernelData, gpu: str, folds: int | None) -> dict:
     sources = sorted({s.split(": ", 1)[1] if ": " in s else s for s in kd.rows.source})
     return {
         "status": "fitted", "gpu": gpu, "model": "overlap_v1", "dtype": kd.dtype, "backend": kd.backend,
-        "params": {"eta_c": _r(p[0], 5), "eta_m": _r(p[1], 5), "t0_us": _r(p[2], 5), "c": _r(p[3], 5)},
+        "params": {"eta_c": _r(p[0], 5), "eta_m": _r(p[1], 5), "t0_us": _r(p[2], 5), "c": _r(p[3], 5),
+                   "q": float(q) if np.isfinite(q) else float("inf")},
         "rows": n, "cv": _cv_summary(errs, k),
         "source": f"{n} rows ({_id_span(kd.rows)}): " + " | ".join(sources),
         "residuals": residuals,
@@ -594,10 +607,11 @@ def build_profile(df: pd.DataFrame, gpu: str, peaks: Peaks, parents: list[dict] 
     kernels: dict = {}
     for fam in ("gemm", "grouped_gemm", "mla_decode"):
         kd = kernel_data(df, fam, peaks, notes)
-        if kd is not None and len(kd.t) >= 4:
+        if kd is not None and len(kd.t) >= MIN_ROWS_OVERLAP:
             kernels[fam] = fit_overlap_family(kd, gpu, folds)
         elif kd is not None:
-            notes.append(f"{fam}: {len(kd.t)} timed rows are too few for the 4-parameter model; not fitted")
+            notes.append(f"{fam}: {len(kd.t)} timed rows are too few for the 4-parameter model "
+                         f"(need {MIN_ROWS_OVERLAP}); not fitted")
     if "mla_decode" not in kernels:
         pk = fit_peak_family(df, "mla_decode", peaks, gpu)
         if pk:

@@ -24,7 +24,7 @@ def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
         nk = [(7168, 2048)]
         masked = [(g, m) for g in (1, 2) for m in (8, 64)] if quick else \
             [(g, m) for g in (1, 2, 4) for m in (1, 8, 32, 64, 128)]
-        contig = [(2, 256)] if quick else [(2, 256), (4, 256), (2, 512)]
+        contig = [(2, 128), (2, 256)] if quick else [(2, 256), (4, 256), (2, 512)]
     elif quick:
         nk = NK
         masked = [(g, m) for g in (4, 32) for m in (16, 128)]

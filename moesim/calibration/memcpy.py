@@ -18,7 +18,7 @@ LAUNCHES = 200
 
 def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
     if device == "cpu":
-        sizes = [4 * MiB, 32 * MiB] if quick else SIZES_CPU
+        sizes = [4 * MiB, 16 * MiB, 64 * MiB] if quick else SIZES_CPU
     else:
         sizes = [16 * MiB, 256 * MiB] if quick else SIZES_GPU
     return [{"op": "copy", "bytes": s} for s in sizes] + [{"op": "launch", "bytes": 4}]

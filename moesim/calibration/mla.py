@@ -22,7 +22,7 @@ BLOCK = 64
 
 def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
     if device == "cpu":
-        grid = ([16], [1], [1, 4], [512, 2048]) if quick else ([16, 128], [1, 2], [1, 4, 8], [512, 1024, 2048, 4096])
+        grid = ([16], [1], [1, 4], [512, 1024, 2048]) if quick else ([16, 128], [1, 2], [1, 4, 8], [512, 1024, 2048, 4096])
     elif quick:
         grid = ([128], [1, 2], [1, 32, 128], [1024, 8192])
     else:

@@ -10,8 +10,11 @@ Efficiency is defined against the roofline of the kernel's own work:
 with F = FLOPs, B_in = bytes read, B_out = bytes written, P = dense tensor peak of the dtype,
 W = HBM bandwidth (hardware spec). The fitted model ("overlap_v1") is
 
-    T_model = t0 + max(F / (P * eta_c * u), B_in / (W * eta_m * u)) + B_out / W
+    T_model = t0 + smax_q(F / (P * eta_c * u), B_in / (W * eta_m * u)) + B_out / W
     u       = 1 - exp(-x / c)      x = thread blocks (CTAs) of the kernel per SM
+    smax_q(a, b) = (a^q + b^q)^(1/q): q = inf is max(a, b) (loads fully overlapped with math, as
+                   GPU kernels with async copies do), q = 1 the sum (no overlap: CPU BLAS packs
+                   the weights before computing); the fit picks q from {inf, 2, 1} by CV.
 
 i.e. a main loop that is compute- or load-bound at fractions eta_c / eta_m of peak, slowed when
 the kernel has too few CTAs to fill the SMs (DeepGEMM has no split-K, so small m x n leaves SMs
@@ -101,12 +104,23 @@ def roofline_time(flops, b_in, b_out, peak, bw):
     return np.maximum(np.asarray(flops, float) / peak, (np.asarray(b_in, float) + b_out) / bw)
 
 
-def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c):
+def smax(a, b, q=np.inf):
+    """(a^q + b^q)^(1/q) for a, b >= 0; q = inf -> max(a, b), q = 1 -> a + b."""
+    if not np.isfinite(q):
+        return np.maximum(a, b)
+    if q == 1:
+        return a + b
+    hi = np.maximum(a, b)
+    safe = np.where(hi > 0, hi, 1.0)
+    return hi * ((a / safe) ** q + (b / safe) ** q) ** (1.0 / q)
+
+
+def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
     """T_model of the overlap_v1 form (module docstring)."""
     x = np.asarray(ctas_per_sm, float)
     u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
     u = np.maximum(u, 1e-12)
-    main = np.maximum(np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u))
+    main = smax(np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q)
     return t0_s + main + np.asarray(b_out, float) / bw
 
 

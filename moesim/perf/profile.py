@@ -97,6 +97,9 @@ def _validate(data: dict, path) -> None:
         for p in ("eta_c", "eta_m"):
             if not 0 < e["params"][p] <= 1:
                 bad(f"kernels.{fam}.params.{p} = {e['params'][p]} outside (0, 1]")
+        q = e["params"].get("q")
+        if q is not None and (not isinstance(q, (int, float)) or isinstance(q, bool) or not q >= 1):
+            bad(f"kernels.{fam}.params.q must be a number >= 1 (.inf = max)")
     for mode, ops in data["comm"].items():
         if mode not in COMM_MODES or not isinstance(ops, dict):
             bad(f"comm.{mode}: unknown mode (allowed: {', '.join(COMM_MODES)})")
@@ -234,7 +237,7 @@ class Profile:
             return (np.full(out, float(p["eta_c"])), np.full(out, float(p["eta_m"])))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         t_model = E.overlap_time(F, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
-                                 float(p["t0_us"]) * 1e-6, float(p["c"]))
+                                 float(p["t0_us"]) * 1e-6, float(p["c"]), _q(p))
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
 
@@ -248,7 +251,7 @@ class Profile:
         if e["model"] == "peak":
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
         return E.overlap_time(F, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
-                              float(p["t0_us"]) * 1e-6, float(p["c"]))
+                              float(p["t0_us"]) * 1e-6, float(p["c"]), _q(p))
 
     # ------------------------------------------------------------------ measured tables
     def _build_table(self, family: str):
@@ -383,6 +386,12 @@ class Profile:
     def summary(self) -> dict:
         fams = {f: self.provenance(f) for f in list(self.kernels) + list(self.comm) + list(self.collectives)}
         return {"gpu": self.gpu, "date": self.date, "launch_s": self.launch_s, "provenance": fams}
+
+
+def _q(p: dict) -> float:
+    """Load/compute combination exponent of overlap_v1 (absent or .inf -> max)."""
+    q = p.get("q")
+    return np.inf if q is None else float(q)
 
 
 def _label(e: dict) -> str:
