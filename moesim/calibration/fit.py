@@ -2,7 +2,8 @@
 
 Kernels (gemm, grouped_gemm, timed mla_decode): the overlap_v1 time model of
 moesim.perf.efficiency, fitted with scipy.optimize.least_squares on log(predicted / measured), so
-every row weighs by its relative error. Efficiency eta(shape) = roofline / model time is then a
+every row weighs by its relative error. How loads and math combine (q = inf: max, 2, 1: sum) is
+picked by held-out error (GPU tables pick max; CPU BLAS, which packs weights first, picks 2 or 1). Efficiency eta(shape) = roofline / model time is then a
 smooth saturating function of the shape: of m and arithmetic intensity through the compute/load
 terms, and of the CTA count (m, n, groups) through the SM-fill factor u.
 

@@ -16,6 +16,7 @@ inherited by another GPU (or a --set override of peaks) scales with that GPU's n
 """
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -45,9 +46,28 @@ def _norm_gpu(name) -> str:
     return str(name or "").strip().lower().replace("-", "_")
 
 
+_CACHE: dict = {}  # (path, mtime_ns, size) -> validated mapping; a sweep loads the same profile many times
+
+
 def read_profile_file(path: Path) -> dict:
     """Parse and validate a profile file; every problem is one CalibrationError line."""
     path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _CACHE:
+        return copy.deepcopy(_CACHE[key])
+    data = _parse_profile_file(path)
+    if key is not None:
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        _CACHE[key] = copy.deepcopy(data)
+    return data
+
+
+def _parse_profile_file(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -18,7 +18,7 @@ import yaml
 from moesim.calibration import fit as F
 from moesim.calibration.records import append_rows_atomic, read_csv_rows
 from moesim.errors import CalibrationError, MoesimError
-from moesim.perf.profile import Profile, load_profile, read_profile_file
+from moesim.perf.profile import load_profile, read_profile_file
 from moesim.specs.loader import data_root, load_hardware
 
 ROOT = data_root()
