@@ -117,7 +117,7 @@ def _mount_optional():
         app.add_typer(sub, name=name, help=help_)
     # command modules exposing register(app) (each adds its own @app.command()s)
     for mod in ("moesim.commands.kernel", "moesim.commands.sweep", "moesim.commands.plan", "moesim.balance.cli",
-                "moesim.commands.validate", "moesim.commands.timeline"):
+                "moesim.commands.validate", "moesim.commands.timeline", "moesim.commands.roofline"):
         try:
             reg = importlib.import_module(mod).register
         except (ImportError, AttributeError):
