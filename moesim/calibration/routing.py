@@ -21,44 +21,41 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.workload.comm import a2a_copies, expected_distinct_nodes, expected_distinct_ranks
+from moesim.workload.comm import (a2a_copies, expected_distinct_nodes, expected_distinct_ranks,
+                                  node_limited_world, routed_copies)
 
 
 def _reduced_world(ep, gpus_per_node, experts, topk_groups):
+    """DeepEP's benchmark routing = V3's group limit with one expert group per node."""
     ep = np.asarray(ep, dtype=float)
     g = np.minimum(float(gpus_per_node), ep)
     nodes = np.maximum(ep / g, 1.0)
     if topk_groups is None or (np.ndim(topk_groups) == 0 and (topk_groups != topk_groups or topk_groups <= 0)):
-        lim = nodes
-    else:
-        lim = np.minimum(nodes, np.asarray(topk_groups, dtype=float))
-    q = lim / nodes  # P(own node among the chosen ones)
-    ep_eff = lim * g
-    slots_eff = float(experts) * lim / nodes
+        return ep, g, np.ones_like(ep), ep, float(experts) * np.ones_like(ep)
+    q = np.ones_like(ep)
+    ep_eff = np.empty_like(ep)
+    slots_eff = np.empty_like(ep)
+    for i, n in np.ndenumerate(nodes):  # benchmark rows only (a few dozen), not configurations
+        qi, e_i, s_i = node_limited_world(ep[i], g[i], float(experts), int(round(n)), float(topk_groups))
+        q[i], ep_eff[i], slots_eff[i] = float(qi), float(e_i), float(s_i)
     return ep, g, q, ep_eff, slots_eff
 
 
 def routing_copies(mode, ep, gpus_per_node, experts, topk, topk_groups=None):
-    """(rdma_copies, nvlink_copies) per token sent from one rank, expected values.
-
-    Without a node limit this is exactly comm.a2a_copies. With one, the token's experts live on
-    `topk_groups` nodes: if the own node is among them (probability q) the world shrinks to those
-    nodes; otherwise every chosen node is remote.
-    """
-    ep, g, q, ep_eff, slots_eff = _reduced_world(ep, gpus_per_node, experts, topk_groups)
-    r_in, n_in = a2a_copies(mode, ep_eff, g, slots_eff, topk)
-    if str(getattr(mode, "value", mode)) == "deepep-ll":
-        # LL sends per (token, expert): copies depend only on where the experts are, not on dedup
-        r_out = np.full_like(r_in, float(topk))
-        n_out = np.zeros_like(n_in)
-    elif str(getattr(mode, "value", mode)) == "deepep-normal":
-        r_out = expected_distinct_nodes(ep_eff, g, slots_eff, topk)
-        n_out = expected_distinct_ranks(ep_eff, slots_eff, topk)
-    else:
-        dr = expected_distinct_ranks(ep_eff, slots_eff, topk)
-        r_out, n_out = dr, np.zeros_like(dr)
-    rdma = q * r_in + (1.0 - q) * r_out
-    nvl = q * n_in + (1.0 - q) * n_out
+    """(rdma_copies, nvlink_copies) per token sent from one rank, expected values: the cost
+    model's own accounting (moesim.workload.comm.routed_copies) with one expert group per node and
+    `topk_groups` of them chosen, as DeepEP's benchmarks route."""
+    ep = np.asarray(ep, dtype=float)
+    if topk_groups is None or (np.ndim(topk_groups) == 0 and (topk_groups != topk_groups or topk_groups <= 0)):
+        return a2a_copies(mode, ep, gpus_per_node, experts, topk)
+    rdma = np.empty_like(ep)
+    nvl = np.empty_like(ep)
+    g = np.minimum(float(gpus_per_node), ep)
+    for i, e in np.ndenumerate(ep):  # benchmark rows only
+        nodes = int(round(max(e / g[i], 1.0)))
+        r, n = routed_copies(mode, e, gpus_per_node, float(experts), topk, n_group=nodes,
+                             topk_group=float(topk_groups))
+        rdma[i], nvl[i] = float(np.ravel(r)[0]), float(np.ravel(n)[0])
     return rdma, nvl
 
 

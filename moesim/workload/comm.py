@@ -87,6 +87,50 @@ def a2a_copies(mode: CommMode, ep, gpus_per_domain, slots, k):
     return rdma + zero, nvl + zero
 
 
+def node_limited_world(ep, gpus_per_domain, slots, n_group=1, topk_group=1):
+    """Group-limited routing (DeepSeek-V3: 8 expert groups, each token's experts from the top-4
+    groups; V3 report sec. 2.1.2 / 3.2.2). With a contiguous placement the chosen groups cover
+    `lim` of the `nodes` NVLink domains: topk_group * nodes / n_group when a group spans whole
+    nodes; otherwise the expected number of nodes holding >= 1 chosen group (hypergeometric).
+    -> (q = P(own node is among them), ep_eff, slots_eff): the token routes uniformly inside a
+    smaller world of lim nodes and slots * topk_group / n_group slots.
+    Without a limit (n_group <= 1 or topk_group >= n_group) the world is unchanged (q = 1)."""
+    ep = np.asarray(ep, dtype=float)
+    g = np.minimum(np.asarray(gpus_per_domain, dtype=float), ep)
+    nodes = np.maximum(ep / g, 1.0)
+    slots = np.asarray(slots, dtype=float)
+    if n_group is None or n_group <= 1 or topk_group >= n_group:
+        return np.ones_like(nodes), ep * np.ones_like(nodes), slots * np.ones_like(nodes)
+    frac = float(topk_group) / float(n_group)
+    per_node = n_group / nodes  # groups per node (< 1: a group spans several nodes)
+    spans = frac * nodes
+    covered = nodes * (1.0 - p_not_hit(float(n_group), np.maximum(per_node, 1.0), int(topk_group)))
+    lim = np.clip(np.where(per_node <= 1.0, spans, covered), 1.0, nodes)
+    return lim / nodes, lim * g, slots * frac * np.ones_like(nodes)
+
+
+def routed_copies(mode: CommMode, ep, gpus_per_domain, slots, k, n_group=1, topk_group=1):
+    """(rdma_copies, nvlink_copies) per token under group-limited routing: with probability q the
+    sender's node is among the chosen ones and the token routes inside the reduced world;
+    otherwise every chosen node is remote (LL: k RDMA copies; normal: one RDMA copy per distinct
+    node, NVLink fan-out there; nccl/pplx: one copy per distinct rank over RDMA)."""
+    mode = CommMode(mode)
+    q, ep_eff, slots_eff = node_limited_world(ep, gpus_per_domain, slots, n_group, topk_group)
+    g = np.minimum(np.asarray(gpus_per_domain, dtype=float), np.asarray(ep, dtype=float))
+    r_in, n_in = a2a_copies(mode, ep_eff, g, slots_eff, k)
+    if np.all(q == 1.0):
+        return r_in, n_in
+    if mode == CommMode.DEEPEP_LL:
+        r_out, n_out = np.full_like(r_in, float(k)), np.zeros_like(n_in)
+    elif mode == CommMode.DEEPEP_NORMAL:
+        r_out = expected_distinct_nodes(ep_eff, g, slots_eff, k)
+        n_out = expected_distinct_ranks(ep_eff, slots_eff, k)
+    else:
+        r_out = expected_distinct_ranks(ep_eff, slots_eff, k)
+        n_out = np.zeros_like(r_out)
+    return q * r_in + (1.0 - q) * r_out, q * n_in + (1.0 - q) * n_out
+
+
 def ring_allreduce_bytes(n, message_bytes):
     """Bytes each rank sends in a ring all-reduce: 2 (n-1)/n * M (NCCL ring)."""
     n = np.asarray(n, dtype=float)

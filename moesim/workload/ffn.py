@@ -9,8 +9,8 @@ import numpy as np
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.types import CommMode, Dtype, OpKind, Stream
-from moesim.workload.comm import (a2a_copies, combine_bytes_per_token, dispatch_bytes_per_token,
-                                  ring_allreduce_bytes)
+from moesim.workload.comm import (combine_bytes_per_token, dispatch_bytes_per_token, ring_allreduce_bytes,
+                                  routed_copies)
 from moesim.workload.ops import OpWork, elementwise, gemm
 
 # SMs held by comm kernels while in flight. DeepSeek's prefill overlap figure: 108 compute / 24
@@ -61,7 +61,8 @@ def moe_ops(model: ModelSpec, hw: HardwareSpec, *, t, tp, dp, ep, moe_tp, redund
     # --- dispatch (stage 3): tokens per GPU = t / tp (DP attention + sequence-parallel scatter)
     src_tokens = t / tp
     slots = m.num_experts + redundant
-    rdma_c, nvl_c = a2a_copies(comm, ep, hw.domain_gpus, slots, k)
+    # group-limited routing (V3: top-4 of 8 expert groups) confines a token to fewer nodes
+    rdma_c, nvl_c = routed_copies(comm, ep, hw.domain_gpus, slots, k, m.n_group, m.topk_group)
     disp_msg = dispatch_bytes_per_token(d, p.dispatch_dtype.bytes, 128)
     comb_msg = combine_bytes_per_token(d, p.combine_dtype.bytes)
     sm_share = COMM_SMS.get(comm, 0.0) / hw.sms
