@@ -499,7 +499,80 @@ def _a2a_variant(ad: A2AData, peaks: Peaks, two_alpha: bool, prior: float):
     return fit, pred, unpack
 
 
+def _fit_by_ep(ad: A2AData, idx) -> dict:
+    """Per EP with >= 2 token counts: least-squares alpha and bandwidth of the dominant link."""
+    ep = ad.rows.ep.values.astype(float)[idx]
+    knots = {"ep": [], "alpha_us": [], "rdma_GBps": [], "nvlink_GBps": []}
+    for e in np.unique(ep):
+        sel = idx[ep == e]
+        if len(np.unique(ad.rows.tokens.values[sel])) < 2:
+            continue
+        intra = not (ad.rdma_bytes[sel] > 0).any()
+        b = ad.nvl_bytes[sel] if intra else ad.rdma_bytes[sel]
+        A = np.stack([np.ones(len(sel)), b], axis=1)
+        (a, inv_bw), *_ = np.linalg.lstsq(A, ad.t[sel], rcond=None)
+        if inv_bw <= 0:
+            continue
+        knots["ep"].append(float(e))
+        knots["alpha_us"].append(max(float(a), 0.0) * 1e6)
+        knots["rdma_GBps"].append(None if intra else 1e-9 / float(inv_bw))
+        knots["nvlink_GBps"].append(1e-9 / float(inv_bw) if intra else None)
+    if len(knots["ep"]) < 2:
+        raise ValueError("fewer than two EP sizes with two token counts")
+    return knots
+
+
+def fit_a2a_by_ep(ad: A2AData, gpu: str) -> dict | None:
+    """Per-EP alpha-beta (pplx-kernels' latency is not monotone in EP: EP16 slower than EP128), with
+    leave-one-EP-out cross-validation: the error of interpolating to an EP not measured."""
+    n = len(ad.t)
+    ep = ad.rows.ep.values.astype(float)
+    eps = np.unique(ep)
+    if len(eps) < 3:
+        return None
+    try:
+        knots_all = _fit_by_ep(ad, np.arange(n))
+    except ValueError:
+        return None
+    errs = np.full(n, np.nan)
+    for e in eps:
+        test = np.flatnonzero(ep == e)
+        train = np.flatnonzero(ep != e)
+        try:
+            k = _fit_by_ep(ad, train)
+        except ValueError:
+            continue
+        a, rb, nb = E.by_ep_params(k, ep[test])
+        errs[test] = E.alpha_beta_a2a(a, ad.rdma_bytes[test], ad.nvl_bytes[test], rb, nb) / ad.t[test] - 1.0
+    a, rb, nb = E.by_ep_params(knots_all, ep)
+    fitted = E.alpha_beta_a2a(a, ad.rdma_bytes, ad.nvl_bytes, rb, nb)
+    residuals = [{"id": _row_id(r.source), "ep": _r(r.ep), "tokens": _r(r.tokens), "backend": r.backend,
+                  "measured_us": _r(ad.t[i] * 1e6, 5), "fit_us": _r(fitted[i] * 1e6, 5),
+                  "fit_err_pct": _r((fitted[i] / ad.t[i] - 1) * 100, 3),
+                  "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None}
+                 for i, r in enumerate(ad.rows.itertuples())]
+    sources = sorted({s.split(": ", 1)[1] if ": " in s else s for s in ad.rows.source})
+    return {"status": "fitted", "gpu": gpu, "model": "alpha_beta_by_ep",
+            "params": {k: [None if v is None else _r(v, 5) for v in vals] for k, vals in knots_all.items()},
+            "rows": n, "cv": _cv_summary(errs, len(eps)), "cv_method": "leave-one-EP-out",
+            "source": f"{n} rows ({_id_span(ad.rows)}): " + " | ".join(sources), "residuals": residuals,
+            "note": "time = alpha(EP) + max(rdma_bytes / rdma_Bps(EP), nvlink_bytes / nvlink_Bps); alpha and "
+                    "time per byte piecewise-linear in log2(EP) between the measured EPs (clamped outside), each "
+                    "EP's pair solved from its 1- and 128-token rows; CV holds out one whole EP"}
+
+
 def fit_a2a(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior: float = PRIOR_WEIGHT) -> dict:
+    """The better (held-out median error) of the global alpha-beta fit and the per-EP one."""
+    glob = fit_a2a_global(ad, peaks, gpu, folds, prior)
+    per_ep = fit_a2a_by_ep(ad, gpu)
+    med = lambda e: e["cv"]["median_abs_pct"] if e["cv"]["median_abs_pct"] is not None else np.inf  # noqa: E731
+    if per_ep is not None and med(per_ep) < med(glob):
+        per_ep["alternative"] = {"model": glob["model"], "params": glob["params"], "cv": glob["cv"]}
+        return per_ep
+    return glob
+
+
+def fit_a2a_global(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior: float = PRIOR_WEIGHT) -> dict:
     """alpha-beta fit of one (mode, op); a separate intra-domain alpha only where it wins in CV."""
     n = len(ad.t)
     intra = ~(ad.rdma_bytes > 0)

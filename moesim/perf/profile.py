@@ -126,6 +126,18 @@ def _validate(data: dict, path) -> None:
         for op, e in ops.items():
             if op not in ("dispatch", "combine") or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
                 bad(f"comm.{mode}.{op}: needs op dispatch/combine with `params`")
+            if e.get("model") == "alpha_beta_by_ep":
+                k = e["params"]
+                n = len(k.get("ep") or [])
+                ok = n >= 2 and all(isinstance(k.get(f), list) and len(k[f]) == n for f in
+                                    ("alpha_us", "rdma_GBps", "nvlink_GBps"))
+                ok = ok and all(isinstance(x, (int, float)) and x > 0 for x in k["ep"]) and \
+                    all(isinstance(x, (int, float)) and x >= 0 for x in k["alpha_us"]) and \
+                    all(x is None or (isinstance(x, (int, float)) and x > 0) for x in k["rdma_GBps"] + k["nvlink_GBps"])
+                if not ok:
+                    bad(f"comm.{mode}.{op}.params: per-EP knots need equal-length lists ep, alpha_us, rdma_GBps, "
+                        "nvlink_GBps (positive numbers or null)")
+                continue
             for p in ("alpha_us", "rdma_GBps", "nvlink_GBps"):
                 if not isinstance(e["params"].get(p), (int, float)):
                     bad(f"comm.{mode}.{op}.params.{p} must be a number")
@@ -357,6 +369,8 @@ class Profile:
         if e is None:
             return None
         p = e["params"]
+        if e.get("model") == "alpha_beta_by_ep":  # per-EP knots, interpolated in log2(EP)
+            return E.by_ep_params(p, ep)
         ones = np.ones(np.shape(ep)) if np.ndim(ep) else np.ones(())
         alpha = float(p["alpha_us"]) * 1e-6 * ones
         if p.get("alpha_intra_us") is not None:  # EP inside one NVLink domain: no RDMA hop
