@@ -85,3 +85,11 @@ def test_halving_a_rate_never_speeds_a_step(field, overlap):
     base = estimate("deepseek-v3", "h800", overlap=overlap, cost_mode="roofline", **CASE)["step_time_s"][0]
     slow = estimate("deepseek-v3", "h800", overlap=overlap, cost_mode="roofline", set=half, **CASE)["step_time_s"][0]
     assert slow >= base * (1 - 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(times_st, comm_st, comm_st, st.sampled_from([0.0, 24 / 132]), st.sampled_from(sorted(SCHEMES)))
+def test_two_layers_reach_steady_state(times, disp, comb, share, name):
+    costs = _costs(times, disp, comb, share)
+    assert float(layer_period(costs, SCHEMES[name])) == pytest.approx(
+        float(layer_period(costs, SCHEMES[name], periods=10)), rel=1e-9, abs=1e-15)
