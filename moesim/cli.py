@@ -22,7 +22,12 @@ SET_OPT = typer.Option(None, "--set", help="what-if override, e.g. hardware.rdma
 def _emit_json(obj, out: Optional[Path] = None):
     text = json.dumps(obj, indent=2, default=_json_default, allow_nan=False)
     if out:
-        out.write_text(text + "\n")
+        try:
+            out.write_text(text + "\n")
+        except OSError as e:
+            from moesim.errors import ConfigError
+            raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e.__class__.__name__}); "
+                              f"allowed: a writable file path") from None
     else:
         typer.echo(text)
 
@@ -128,26 +133,51 @@ def _mount_optional():
 _mount_optional()
 
 
+def _click_exception_types():
+    """(ClickException, Exit, Abort) classes of every click in use: recent typer vendors its own
+    click (typer._click), whose exceptions are not the `click` package's."""
+    errors, exits, aborts = [], [], []
+    for mod, err, ext, abt in (("typer._click.exceptions", "ClickException", None, None),
+                               ("typer.exceptions", None, "Exit", "Abort"),
+                               ("click.exceptions", "ClickException", "Exit", "Abort")):
+        try:
+            m = __import__(mod, fromlist=["_"])
+        except ImportError:
+            continue
+        for name, acc in ((err, errors), (ext, exits), (abt, aborts)):
+            if name and hasattr(m, name):
+                acc.append(getattr(m, name))
+    return tuple(errors), tuple(exits), tuple(aborts)
+
+
 def main(argv=None):
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except MoesimError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except SystemExit:
         raise
     except Exception as e:  # click usage errors and the like
-        import click
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
+        click_errors, click_exits, click_aborts = _click_exception_types()
+        if isinstance(e, click_aborts):
+            typer.echo("aborted", err=True)
+            sys.exit(130)
+        if isinstance(e, click_errors) and type(e).__name__ == "NoArgsIsHelpError":
+            e.show()  # bare `moesim` / `moesim calibrate`: the help text
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
+        if isinstance(e, click_errors):  # one line, as MoesimError (no usage box)
+            msg = " ".join(str(e.format_message()).split())
+            typer.echo(f"error: {msg} (see --help)", err=True)
+            sys.exit(e.exit_code or 2)
+        if isinstance(e, click_exits):
             sys.exit(e.exit_code)
         raise
-    sys.exit(0)
+    # standalone_mode=False: typer.Exit(code) comes back as the return value
+    sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)
 
 
 if __name__ == "__main__":
