@@ -17,16 +17,26 @@ import typer
 from moesim.balance.eplb import load_from_csv, rebalance_experts, zipf_load
 from moesim.errors import ConfigError, MoesimError
 
-__all__ = ["eplb_command", "app", "eplb"]
+__all__ = ["eplb_command", "app", "eplb", "register"]
 
 DEFAULT_ZIPF = 1.0
 DEFAULT_EXPERTS = 256  # DeepSeek-V3 routed experts
 DEFAULT_LAYERS = 58  # DeepSeek-V3 MoE layers (61 layers, first 3 dense)
 
 
+MAX_CELLS = 50_000_000  # layers x slots (the placement arrays; ~400 MB of float64)
+LIMITS = {"experts": 100_000, "slots": 1_000_000, "gpus": 1_000_000, "nodes": 1_000_000, "groups": 100_000,
+          "layers": 10_000, "seed": 2**32 - 1}
+
+
 def _check_int(name: str, v, lo: int) -> int:
-    if v is None or int(v) != v or v < lo:
-        raise ConfigError(f"--{name}: {v!r} must be an integer >= {lo}")
+    hi = LIMITS.get(name)
+    try:
+        ok = v is not None and not isinstance(v, bool) and int(v) == v and lo <= v <= (hi if hi else v)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"--{name}: {v!r} must be an integer >= {lo}" + (f" and <= {hi:,}" if hi else ""))
     return int(v)
 
 
@@ -45,6 +55,11 @@ def eplb_command(experts: Optional[int] = None, slots: int = 288, gpus: int = 14
     """
     if zipf is not None and load is not None:
         raise ConfigError("--zipf/--load: give exactly one load source, not both")
+    if zipf is not None:
+        try:
+            zipf = float(zipf)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--zipf: {zipf!r} must be a number >= 0") from None
     nodes = 1 if nodes is None else _check_int("nodes", nodes, 1)
     groups = 1 if groups is None else _check_int("groups", groups, 1)
     gpus = _check_int("gpus", gpus, 1)
@@ -53,6 +68,11 @@ def eplb_command(experts: Optional[int] = None, slots: int = 288, gpus: int = 14
     note = None
     if load is not None:
         weight = load_from_csv(load)
+        experts = None if experts is None else _check_int("experts", experts, 1)
+        layers = None if layers is None else _check_int("layers", layers, 1)
+        if weight.shape[0] * slots > MAX_CELLS:
+            raise ConfigError(f"--load x --slots: {weight.shape[0] * slots:,} placement cells; allowed at most "
+                              f"{MAX_CELLS:,}")
         if experts is not None and int(experts) != weight.shape[1]:
             raise ConfigError(f"--experts: {experts} does not match {load} ({weight.shape[1]} columns)")
         if layers is not None and int(layers) != weight.shape[0]:
@@ -67,6 +87,9 @@ def eplb_command(experts: Optional[int] = None, slots: int = 288, gpus: int = 14
             raise ConfigError(f"--zipf: {zipf!r} must be a number >= 0")
         experts = _check_int("experts", DEFAULT_EXPERTS if experts is None else experts, 1)
         layers = _check_int("layers", DEFAULT_LAYERS if layers is None else layers, 1)
+        if layers * max(experts, slots) > MAX_CELLS:
+            raise ConfigError(f"--layers x --slots: {layers * max(experts, slots):,} placement cells; allowed at "
+                              f"most {MAX_CELLS:,}")
         weight = zipf_load(experts, zipf, layers=layers, seed=seed)
         source = f"zipf s={zipf:g}, seed {seed}"
     if slots < experts:
@@ -147,6 +170,11 @@ def eplb(
     except MoesimError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2)
+
+
+def register(main_app: typer.Typer) -> None:
+    """Mount `moesim eplb` on the main CLI (moesim.cli looks for register(app))."""
+    main_app.command("eplb")(eplb)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -324,7 +324,8 @@ def zipf_load(experts: int, s: float, layers: int = 1, seed: int = 0) -> np.ndar
         raise ConfigError(f"layers: {layers!r} must be a positive integer")
     if not np.isfinite(s) or s < 0:
         raise ConfigError(f"zipf s: {s!r} must be a finite number >= 0")
-    pop = 1.0 / np.arange(1, int(experts) + 1, dtype=np.float64) ** float(s)
+    with np.errstate(over="ignore"):  # a huge s: every rank but the first underflows to 0
+        pop = 1.0 / np.arange(1, int(experts) + 1, dtype=np.float64) ** float(s)
     pop /= pop.sum()
     rng = np.random.default_rng(seed)
     perm = np.argsort(rng.random((int(layers), int(experts))), axis=1)
@@ -338,22 +339,27 @@ def load_from_csv(path) -> np.ndarray:
     if not p.is_file():
         raise ConfigError(f"load: {p} does not exist or is not a file")
     rows: list[list[float]] = []
-    with p.open(newline="") as f:
-        for lineno, raw in enumerate(csv.reader(f), start=1):
-            cells = [c.strip() for c in raw]
-            if not cells or all(c == "" for c in cells) or cells[0].startswith("#"):
-                continue
-            try:
-                vals = [float(c) for c in cells]
-            except ValueError:
-                if not rows and lineno == 1:
-                    continue  # header row
-                raise ConfigError(f"load: {p} line {lineno} has a non-numeric value; "
-                                  "expected numbers (rows = layers, columns = experts)") from None
-            if rows and len(vals) != len(rows[0]):
-                raise ConfigError(f"load: {p} line {lineno} has {len(vals)} columns, expected "
-                                  f"{len(rows[0])} (one column per expert)")
-            rows.append(vals)
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            lines = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"load: cannot read {p} ({e.__class__.__name__}); expected a CSV of numbers "
+                          f"(rows = layers, columns = experts)") from None
+    for lineno, raw in enumerate(lines, start=1):
+        cells = [c.strip() for c in raw]
+        if not cells or all(c == "" for c in cells) or cells[0].startswith("#"):
+            continue
+        try:
+            vals = [float(c) for c in cells]
+        except ValueError:
+            if not rows and lineno == 1:
+                continue  # header row
+            raise ConfigError(f"load: {p} line {lineno} has a non-numeric value; "
+                              "expected numbers (rows = layers, columns = experts)") from None
+        if rows and len(vals) != len(rows[0]):
+            raise ConfigError(f"load: {p} line {lineno} has {len(vals)} columns, expected "
+                              f"{len(rows[0])} (one column per expert)")
+        rows.append(vals)
     if not rows:
         raise ConfigError(f"load: {p} is empty; expected rows = layers, columns = experts")
     a = np.asarray(rows, dtype=np.float64)

@@ -279,9 +279,12 @@ def context_dist(spec: str) -> float:
             cv = float(s.split(":", 1)[1])
         except ValueError:
             cv = float("nan")
-        if np.isfinite(cv) and cv >= 0:
+        if np.isfinite(cv) and 0 <= cv <= MAX_CONTEXT_CV:
             return cv
-    raise ConfigError(f"context-dist: {spec!r} is not one of fixed, exp, lognormal:<cv >= 0>")
+    raise ConfigError(f"context-dist: {spec!r} is not one of fixed, exp, lognormal:<cv in [0, {MAX_CONTEXT_CV:g}]>")
+
+
+MAX_CONTEXT_CV = 100.0  # beyond this the lognormal moments overflow; real traffic has cv ~ 0.5-3
 
 
 def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1,
