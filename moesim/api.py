@@ -7,7 +7,7 @@ import numpy as np
 
 from moesim.config import require_valid
 from moesim.engine import evaluate, schemes_for
-from moesim.errors import ConfigError
+from moesim.errors import CalibrationError, ConfigError
 from moesim.grid import Grid
 from moesim.metrics import metrics
 from moesim.specs import load_hardware, load_model, parse_overrides
@@ -19,14 +19,39 @@ DEFAULTS = {"decode": {"batch": 32, "context": 4096}, "prefill": {"batch": 16384
 
 
 def resolve_specs(model, hardware, set_=None):
-    ov = parse_overrides(set_)
+    ov = parse_overrides([set_] if isinstance(set_, str) else set_)
     m = model if isinstance(model, ModelSpec) else load_model(model, ov["model"])
     h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware, ov["hardware"])
     return m, h
 
 
+def _parallel_degree(name, v):
+    """None or a positive whole number (int, or a float/numpy value equal to one)."""
+    if v is None:
+        return None
+    try:
+        ok = not isinstance(v, (bool, np.bool_, str, bytes)) and float(v) == float(v) and np.isfinite(float(v))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok or float(v) < 1 or float(v) != int(float(v)):
+        raise ConfigError(f"{name}: {v!r} must be a positive integer (1 .. 1,000,000 GPUs)")
+    return int(float(v))
+
+
+def _number(name, v, allowed):
+    """A finite real number (API inputs may be str/None/NaN); the grid checks ranges."""
+    try:
+        if isinstance(v, (bool, np.bool_, str, bytes)):
+            raise TypeError
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name}: {v!r} is not a number; allowed {allowed}") from None
+    return v if isinstance(v, (int, float)) else x
+
+
 def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
     """Fill the missing one of tp x dp = ep x moe_tp (= GPUs)."""
+    tp, dp, ep, moe_tp = (_parallel_degree(n, v) for n, v in (("tp", tp), ("dp", dp), ("ep", ep), ("moe_tp", moe_tp)))
     tp = 1 if tp is None else tp
     moe_tp = 1 if moe_tp is None else moe_tp
     if not model.is_moe:
@@ -46,6 +71,16 @@ def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
             raise ConfigError(f"ep: tp x dp = {tp * dp} is not divisible by moe_tp = {moe_tp}")
         ep = tp * dp // moe_tp
     return tp, dp, ep, moe_tp
+
+
+def check_imbalance_flags(model: ModelSpec, expert_skew="auto", context_dist="fixed"):
+    """Raise on a bad --expert-skew / --context-dist before any evaluation (sweeps would otherwise
+    turn a bad flag into invalid rows)."""
+    from moesim.balance import imbalance as I
+
+    I.context_dist(context_dist)
+    if model.is_moe and str(expert_skew).strip().lower() not in ("auto", "none"):
+        I.skew_shares(1, model.moe.num_experts, 0, expert_skew)
 
 
 def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False):
@@ -134,8 +169,49 @@ def _cached_profile(load_profile, hw, path, force):
     if key not in _PROFILE_CACHE:
         if len(_PROFILE_CACHE) > 32:
             _PROFILE_CACHE.clear()
-        _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+        if mtime is not None and os.path.isfile(p):
+            from moesim.perf.profile import read_profile_file
+            check_profile_numbers(read_profile_file(p), p)
+        try:
+            _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:  # structure the reader does not check
+            raise CalibrationError(f"profile {p}: malformed ({e.__class__.__name__}: {e}); regenerate it with "
+                                   f"`moesim calibrate fit`") from None
     return _PROFILE_CACHE[key]
+
+
+def check_profile_numbers(data: dict, path) -> None:
+    """Numbers the profile reader takes on trust (launch, comm and collective parameters) must be
+    finite and in range, or every step time turns NaN/inf. One CalibrationError line naming the key."""
+    def num(where, v, lo, hi=None, lo_open=False):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) \
+            and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+        if not ok:
+            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None else f"{'>' if lo_open else '>='} {lo:g}"
+            raise CalibrationError(f"profile {path}: {where} = {v!r}; allowed a finite number {rng}; regenerate it "
+                                   f"with `moesim calibrate fit`")
+
+    launch = data.get("launch")
+    if launch is not None and not isinstance(launch, dict):
+        raise CalibrationError(f"profile {path}: launch must be a mapping (us, status); regenerate it with "
+                               f"`moesim calibrate fit`")
+    if launch and "us" in launch:
+        num("launch.us", launch["us"], 0.0, 1e6)
+    limits = {"alpha_us": (0.0, 1e6, False), "alpha_intra_us": (0.0, 1e6, False), "rdma_GBps": (0.0, 1e6, True),
+              "nvlink_GBps": (0.0, 1e6, True), "rdma_frac_nominal": (0.0, 1.0, True),
+              "nvlink_frac_nominal": (0.0, 1.0, True), "bw_efficiency": (0.0, 1.0, True)}
+    entries = [(f"comm.{mode}.{op}", e) for mode, ops in (data.get("comm") or {}).items() if isinstance(ops, dict)
+               for op, e in ops.items()]
+    entries += [(f"collectives.{op}", e) for op, e in (data.get("collectives") or {}).items()]
+    for where, e in entries:
+        prm = e.get("params") if isinstance(e, dict) else None
+        for name, (lo, hi, lo_open) in limits.items():
+            required = where.startswith("collectives.") and name in ("alpha_us", "bw_efficiency")
+            if isinstance(prm, dict) and (prm.get(name) is not None or required):
+                v = prm.get(name)
+                for i, x in (enumerate(v) if isinstance(v, list) else [(None, v)]):  # per-EP knots are lists
+                    if x is not None or i is None:
+                        num(f"{where}.params.{name}" + ("" if i is None else f"[{i}]"), x, lo, hi, lo_open)
 
 
 @dataclass
@@ -204,8 +280,12 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
     overlap = Overlap.parse(overlap, "overlap") if overlap else None
     m, h = resolve_specs(model, hardware, set)
     tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
-    batch = DEFAULTS[phase.value]["batch"] if batch is None else batch
-    context = DEFAULTS[phase.value]["context"] if context is None else context
+    batch = DEFAULTS[phase.value]["batch"] if batch is None else _number("batch", batch, "a number in (0, 1e9]")
+    context = DEFAULTS[phase.value]["context"] if context is None else \
+        _number("context", context, f"tokens in (0, max_context = {m.max_context:,}]")
+    mtp = _number("mtp", mtp, "an integer in [0, 16]")
+    acceptance = _number("acceptance", acceptance, "[0, 1]")
+    redundant_experts = _number("redundant_experts", redundant_experts, "an integer >= 0")
     mtp = 0 if phase == Phase.PREFILL else mtp
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
                        acceptance=acceptance, redundant=redundant_experts)
@@ -215,6 +295,10 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
                               force_profile=force_profile)
     notes += ev.notes
     step = float(ev.values["step_time_s"][0])
+    if not np.isfinite(step) and (batch >= 2 or overlap in (Overlap.SERIAL, Overlap.SHARED, Overlap.SBO,
+                                                             Overlap.IDEAL)):
+        raise ConfigError("step time is not finite for this configuration; check the hardware spec and the "
+                          "calibration profile (allowed: finite, positive bandwidths and FLOP/s)")
     if not np.isfinite(step):
         raise ConfigError(f"overlap: {overlap.value if overlap else 'this schedule'} splits the batch into micro-batches "
                           f"and needs batch >= 2; allowed for batch {batch:g}: serial, shared, sbo, ideal")

@@ -25,9 +25,13 @@ def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
     def rule(bad, text):
         rules.append((np.asarray(bad, bool) & np.ones(n, bool), text))
 
-    for name in ("tp", "dp", "ep", "moe_tp", "batch", "context"):
+    finite_allowed = {"tp": "a positive integer", "dp": "a positive integer", "ep": "a positive integer",
+                      "moe_tp": "a positive integer", "batch": "allowed (0, 1e9]",
+                      "context": f"allowed (0, max_context = {model.max_context:,}] tokens",
+                      "mtp": "an integer in [0, 16]", "redundant": "an integer >= 0"}
+    for name, allowed in finite_allowed.items():
         v = getattr(grid, name)
-        rule(~np.isfinite(v), f"{name}: must be a finite number")
+        rule(~np.isfinite(v), f"{'redundant_experts' if name == 'redundant' else name}: must be a finite number; {allowed}")
     for name in ("tp", "dp", "ep", "moe_tp"):
         v = getattr(grid, name)
         rule((v < 1) | (v != np.round(v)), f"{name}: must be a positive integer")
