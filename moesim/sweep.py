@@ -90,7 +90,31 @@ def parse_values(name: str, value) -> list:
                 out.append(_num(name, p))
     if not out:
         raise ConfigError(f"{name}: give at least one value")
+    if name in AXIS_RANGES:
+        for x in out:
+            _check_value(name, x)
     return out
+
+
+# Absolute range of each numeric axis value (model-independent); combinations (divisibility,
+# the model's max_context, MTP support) are checked per row by `check_grid`.
+AXIS_RANGES = {"tp": (1, 1e6, True, "an integer in [1, 1,000,000]"),
+               "dp": (1, 1e6, True, "an integer in [1, 1,000,000]"),
+               "ep": (1, 1e6, True, "an integer in [1, 1,000,000]"),
+               "moe_tp": (1, 1e6, True, "an integer in [1, 1,000,000]"),
+               "batch": (0, 1e9, False, "a number in (0, 1e9]"),
+               "context": (0, 1e8, False, "tokens in (0, 1e8] (and at most the model's max_context)"),
+               "mtp": (0, 16, True, "an integer in [0, 16]"),
+               "acceptance": (0, 1, False, "a number in [0, 1]"),
+               "redundant": (0, 1e6, True, "an integer in [0, 1,000,000]")}
+
+
+def _check_value(name, x: float) -> float:
+    lo, hi, integer, allowed = AXIS_RANGES[name]
+    bad = not np.isfinite(x) or x > hi or (x <= lo if name in ("batch", "context") else x < lo)
+    if bad or (integer and x != np.round(x)):
+        raise ConfigError(f"{name}: {x:g} is out of range; allowed {allowed}")
+    return x
 
 
 def _num(name, p) -> float:
@@ -98,7 +122,7 @@ def _num(name, p) -> float:
         raise ConfigError(f"{name}: {p!r} is not a number")
     try:
         return float(p)  # also YAML's "31.0e9" strings
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name}: {p!r} is not a number; use a list, a:b (powers of two) or a:b:step") from None
 
 
@@ -143,6 +167,8 @@ def load_study(path) -> dict:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"study: cannot read {str(path)!r} ({e.__class__.__name__})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"study: cannot read {str(path)!r} (not UTF-8 text); allowed: a YAML mapping") from None
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise ConfigError(f"study: {p.name} is not valid YAML" + (f" (line {line + 1})" if line is not None else ""))\
@@ -165,7 +191,13 @@ def load_study(path) -> dict:
           if data.get(k) is not None}
     if data.get("set") is not None:
         s = data["set"]
-        kw["set"] = [f"{k}={v}" for k, v in s.items()] if isinstance(s, dict) else list(s)
+        if isinstance(s, dict):
+            kw["set"] = [f"{k}={v}" for k, v in s.items()]
+        elif isinstance(s, list) and all(isinstance(x, str) for x in s):
+            kw["set"] = list(s)
+        else:
+            raise ConfigError(f"study: set in {p.name} must be a mapping (hardware.rdma_bw_GBps: 100) or a list of "
+                              f"'key=value' strings; got {s!r}")
     kw["axes"] = normalize_axes(axes)
     kw["filters"] = dict(filters)
     return kw
@@ -212,7 +244,7 @@ def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
 def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, expert_skew=None, context_dist=None,
           filters=None, min_tokens_per_s_per_user=None, max_tpot_s=None, max_ttft_s=None, only_fits=None,
           keep_invalid=True, isl=None, osl=None, set=None, study=None, chunk_size=32768, progress=None,
-          profile=None):
+          profile=None, require_valid=False):
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
     model: catalog name / path / ModelSpec (default "deepseek-v3"); hardware: name, path, spec or a
@@ -225,6 +257,7 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, e
     a metric filter drops rows where the metric is defined and violates it; only_fits keeps valid rows
     that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
     explicit arguments override it. progress: callable(done_rows, total_rows) or None.
+    require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
     """
     import pandas as pd
@@ -256,6 +289,9 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, e
                  ("max_ttft_s", max_ttft_s), ("only_fits", only_fits)):
         if v is not None:
             flt[k] = v
+    for k in ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s"):
+        if flt.get(k) is not None:
+            flt[k] = _filter_value(k, flt[k])
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ConfigError("chunk_size: must be >= 1")
@@ -273,6 +309,9 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, e
         ax["batch"] = list(DEFAULT_PREFILL_BATCH)
 
     specs = [resolve_specs(model, h, set_) for h in hw_list]  # user errors (unknown names) raise here
+    from moesim.api import check_imbalance_flags
+    for m_, _ in specs[:1]:
+        check_imbalance_flags(m_, expert_skew, context_dist)
     grids = {ph: build_grid(ax, ph, isl, osl) for ph in dict.fromkeys(phases)}
     total = sum(grids[ph][0].size for ph in phases) * len(specs) * len(overlaps) * len(comms)
     if total > 200_000_000:
@@ -289,11 +328,25 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, e
                     notes += [n for n in nts if n not in notes]
                     frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
+    if require_valid and len(df) and not df["valid"].any():
+        raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {df['reason'].iloc[0]}")
     df = _apply_filters(df, flt, keep_invalid)
     df.attrs["notes"] = notes
     df.attrs["units"] = {"batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
                          "context": "tokens", "time": "s", "memory": "bytes", "throughput": "tokens/s"}
     return df
+
+
+def _filter_value(name, v) -> float:
+    """A metric filter: a finite number > 0 (tokens/s or seconds)."""
+    try:
+        x = float(v) if not isinstance(v, bool) else float("nan")
+    except (TypeError, ValueError, OverflowError):
+        x = float("nan")
+    if not (np.isfinite(x) and x > 0):
+        unit = "tokens/s" if name.startswith("min_tokens") else "seconds"
+        raise ConfigError(f"{name}: {v!r}; allowed a finite number > 0 ({unit})")
+    return x
 
 
 def _keyset(d):  # `set` is a parameter name inside sweep()
@@ -302,7 +355,11 @@ def _keyset(d):  # `set` is a parameter name inside sweep()
 
 def _check_isl_osl(isl, osl):
     for name, v in (("isl", isl), ("osl", osl)):
-        if v is None or not np.isfinite(float(v)) or float(v) <= 0:
+        try:
+            ok = v is not None and not isinstance(v, bool) and np.isfinite(float(v)) and float(v) > 0
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
             raise ConfigError(f"{name}: phase mixed needs a positive {name} (tokens); got {v!r}")
 
 

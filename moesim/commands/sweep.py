@@ -73,7 +73,7 @@ def _run_sweep(model, hardware, set_, phase, tp, dp, ep, moe_tp, batch, context,
         df = sweep(model, hardware, phase, axes, cost_mode=cost_mode, expert_skew=expert_skew,
                    context_dist=context_dist, min_tokens_per_s_per_user=min_tpu, max_tpot_s=max_tpot,
                    max_ttft_s=max_ttft, only_fits=only_fits or None, isl=isl, osl=osl, set=set_,
-                   study=str(study) if study else None, progress=prog.update)
+                   study=str(study) if study else None, progress=prog.update, require_valid=True)
         df.attrs["elapsed_s"] = time.perf_counter() - t0
     return df
 
@@ -110,6 +110,14 @@ class _Progress:
 
 
 def write_frame(df, out: Path):
+    try:
+        _write_frame(df, out)
+    except OSError as e:
+        raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable .csv, "
+                          f".parquet or .json path") from None
+
+
+def _write_frame(df, out: Path):
     suf = out.suffix.lower()
     if suf == ".csv":
         df.to_csv(out, index=False)
@@ -333,7 +341,11 @@ def register(app: typer.Typer) -> None:
         if out is not None or json_out:
             text = json.dumps(d, indent=2, default=str)
             if out is not None:
-                Path(out).write_text(text + "\n")
+                try:
+                    Path(out).write_text(text + "\n")
+                except OSError as e:
+                    raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable "
+                                      f"file path") from None
                 typer.echo(f"wrote {out}", err=json_out)
             if json_out:
                 typer.echo(text)
