@@ -366,9 +366,11 @@ def read_traffic_yaml(path) -> dict:
 
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read traffic file ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: cannot read traffic file (not UTF-8 text); allowed: a YAML mapping") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

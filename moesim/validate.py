@@ -52,10 +52,32 @@ def load_cases(paths=None) -> list[dict]:
         for c in data["cases"]:
             if not isinstance(c, dict) or "id" not in c:
                 raise SpecError(f"{p}: every case needs an id")
+            _check_case(p, c)
             c = dict(c)
             c["_file"] = str(p)
             cases.append(c)
+    ids = {c["id"] for c in cases}
+    for c in cases:
+        ref = (c.get("config") or {}).get("same_as")
+        if ref is not None and ref not in ids:
+            raise SpecError(f"{c['_file']}: {c['id']}: config.same_as {ref!r} is not a case id; allowed: "
+                            f"{', '.join(map(str, sorted(ids, key=str)))}")
     return cases
+
+
+def _check_case(p, c):
+    """Shape of one case (mappings where mappings go, a positive tolerance), one line on error."""
+    cid = c["id"]
+    if not isinstance(cid, (str, int)) or isinstance(cid, bool):
+        raise SpecError(f"{p}: id: {cid!r}; allowed a text or integer id")
+    for key in ("config", "inputs", "expect", "expect_us", "kernel"):
+        if c.get(key) is not None and not isinstance(c[key], dict):
+            raise SpecError(f"{p}: {cid}: {key}: expected a mapping, got {type(c[key]).__name__}")
+    if "tolerance" in c:
+        tol = _num(c["tolerance"])
+        if isinstance(tol, bool) or not isinstance(tol, float) or not math.isfinite(tol) or tol <= 0:
+            raise SpecError(f"{p}: {cid}: tolerance: {c['tolerance']!r}; allowed a finite number > 0 "
+                            f"(relative error, 0.2 = 20%)")
 
 
 def _num(x):
@@ -254,6 +276,9 @@ def run_case(case, by_id) -> list[Check]:
 def validate(paths=None, ids=None) -> list[Check]:
     cases = load_cases(paths)
     by_id = {c["id"]: c for c in cases}
+    unknown = sorted(set(ids or ()) - set(map(str, by_id)) - set(by_id), key=str)
+    if unknown:
+        raise SpecError(f"--case: unknown case id {unknown[0]!r}; allowed: {', '.join(map(str, by_id))}")
     out = []
     for c in cases:
         if ids and c["id"] not in ids:
@@ -262,6 +287,9 @@ def validate(paths=None, ids=None) -> list[Check]:
             out += run_case(c, by_id)
         except (MoesimError, ImportError) as e:
             out.append(Check(c["id"], c.get("class", "system"), "error", None, None, math.nan, "-", False, str(e)))
+        except (KeyError, TypeError, ValueError) as e:  # a case missing a key or with a wrong type
+            out.append(Check(c["id"], c.get("class", "system"), "error", None, None, math.nan, "-", False,
+                             f"{c['_file']}: malformed case ({e.__class__.__name__}: {e})"))
     return out
 
 

@@ -5,6 +5,8 @@ from typing import List, Optional
 
 import typer
 
+# Largest accepted shape per flag (larger overflows float64 FLOP counts or is no real kernel).
+KERNEL_MAX = {"ep": 1e6, "gpus": 1e6, "groups": 1e6, "heads": 1e6, "q_len": 1e6, "context": 1e8, "bytes": 1e15}
 OPS = ("gemm", "grouped_gemm", "mla_decode", "mla_prefill", "dispatch", "combine", "all_reduce", "all_gather")
 
 
@@ -22,8 +24,23 @@ def kernel_work(model, hw, op: str, *, m=None, n=None, k=None, groups=1, layout=
         for name, v in kw.items():
             if v is None:
                 raise ConfigError(f"--{name.replace('_', '-')}: required for --op {op}")
-            if not np.isfinite(v) or v <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')}: must be a finite number > 0, got {v}")
+            check(name, v)
+
+    def check(name, v):  # a size: finite, > 0, at most SHAPE_MAX (counts: whole numbers)
+        flag = f"--{name.replace('_', '-')}"
+        hi = KERNEL_MAX.get(name, 1e9)
+        integer = name in ("groups", "ep", "gpus")
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            x = float("nan")
+        if not np.isfinite(x) or x <= 0 or x > hi or (integer and x != round(x)):
+            kind = "an integer" if integer else "a finite number"
+            raise ConfigError(f"{flag}: {kind} in {'[1' if integer else '(0'}, {hi:g}] required, got {v}")
+
+    for name, v in (("q_len", q_len), ("heads", heads), ("groups", groups)):
+        if v is not None:
+            check(name, v)
 
     p = model.precision
     if op == "gemm":
@@ -44,6 +61,9 @@ def kernel_work(model, hw, op: str, *, m=None, n=None, k=None, groups=1, layout=
     if op in ("mla_decode", "mla_prefill"):
         a = model.attention
         need(batch=batch, context=context)
+        if a.kind.value != "mla":
+            raise ConfigError(f"--op {op}: {model.name} has {a.kind.value} attention; allowed for MLA models only "
+                              f"(e.g. deepseek-v3)")
         h = float(heads or a.num_heads)
         lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
         b, c = np.asarray([float(batch)]), float(context)
@@ -125,7 +145,7 @@ def register(app: typer.Typer) -> None:
                "bytes": float(np.ravel(cost.bytes)[0]), "bound": cost.bound_name(0), "efficiency": eff,
                "roofline_time_s": float(np.ravel(roof.time_s)[0]), "provenance": cost.provenance, "notes": notes}
         if json_out:
-            typer.echo(json.dumps(res, indent=2))
+            typer.echo(json.dumps(res, indent=2, allow_nan=False))
         else:
             typer.echo(f"{op} on {hw.name} ({cm_mode.value}): {U.fmt_time(t)}  bound {res['bound']}  "
                        f"efficiency vs roofline {eff * 100:.0f}%  [{res['provenance']}]  "

@@ -211,13 +211,21 @@ def register(app: typer.Typer) -> None:
         r = run(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew)
         d = r.to_dict()
         if out is not None:
-            if out.suffix.lower() == ".json":
-                out.write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
-            else:
-                df = r.to_dataframe()
-                df.to_csv(out, index=False) if out.suffix.lower() == ".csv" else df.to_parquet(out, index=False)
+            try:
+                if out.suffix.lower() == ".json":
+                    out.write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
+                else:
+                    df = r.to_dataframe()
+                    df.to_csv(out, index=False) if out.suffix.lower() == ".csv" else df.to_parquet(out, index=False)
+            except OSError as e:
+                raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable "
+                                  f".json, .csv or .parquet path") from None
         if plot is not None:
-            plot_plan(r, plot)
+            try:
+                plot_plan(r, plot)
+            except OSError as e:
+                raise ConfigError(f"--plot: cannot write {str(plot)!r} ({e.strerror or e}); allowed: a writable "
+                                  f".png, .svg or .pdf path") from None
         if json_out:
             typer.echo(json.dumps(d, indent=2, allow_nan=False))
             return

@@ -7,6 +7,24 @@ from typing import List, Optional
 import typer
 
 
+def _check_micro_batches(phase, overlap, batch):
+    """A micro-batched schedule needs a request (decode) or token (prefill) per micro-batch, as in
+    `moesim estimate` (whose step is then undefined)."""
+    import math
+
+    from moesim.engine import default_overlap
+    from moesim.errors import ConfigError
+    from moesim.schedule.schemes import SCHEMES
+    from moesim.types import Overlap, Phase
+
+    name = (Overlap.parse(overlap, "overlap") if overlap else default_overlap(Phase.parse(phase, "phase"))).value
+    sch = SCHEMES.get(name)
+    ub = sch.micro_batches if sch is not None and name not in ("serial", "shared", "sbo", "ideal") else 1
+    if ub > 1 and math.isfinite(batch) and batch < ub:
+        raise ConfigError(f"overlap: {name} splits the batch into {ub} micro-batches and needs batch >= {ub}; "
+                          f"allowed for batch {batch:g}: serial, shared, sbo")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def timeline(
@@ -30,11 +48,16 @@ def register(app: typer.Typer) -> None:
         from moesim.timeline import layer_timeline
         if out.suffix.lower() not in (".png", ".svg", ".pdf"):
             raise ConfigError(f"--out: {out.name!r} must end in .png, .svg or .pdf")
+        _check_micro_batches(phase, overlap, batch)
         tl = layer_timeline(model, hardware, phase=phase, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch,
                             context=context, mtp=mtp, acceptance=acceptance, redundant_experts=redundant_experts,
                             overlap=overlap, cost_mode=cost_mode, comm=comm, set=set_, expert_skew=expert_skew)
         from moesim.plot import plot_timeline
-        plot_timeline(tl, out)
+        try:
+            plot_timeline(tl, out)
+        except OSError as e:
+            raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable .png, "
+                              f".svg or .pdf path") from None
         if json_out:
             import json
             typer.echo(json.dumps(tl, indent=2, default=str))

@@ -73,7 +73,12 @@ def register(app: typer.Typer) -> None:
             n_fail = sum(not c.passed for c in checks)
             con.print(f"summary: {len(checks) - n_fail}/{len(checks)} checks within tolerance")
         if out:
-            write_report(checks, summ, out)
+            try:
+                write_report(checks, summ, out)
+            except OSError as e:
+                from moesim.errors import ConfigError
+                raise ConfigError(f"--out: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable .md "
+                                  f"path") from None
             typer.echo(f"wrote {out}")
         if any(not c.passed for c in checks):
             raise typer.Exit(1)

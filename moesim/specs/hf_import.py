@@ -287,7 +287,8 @@ def import_hf_config(path, out=None, name: str | None = None) -> Path | dict:
 
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"model import: file {str(path)!r} does not exist")
+        what = "is not a file" if path.exists() else "does not exist"
+        raise SpecError(f"model import: {str(path)!r} {what}; allowed: a Hugging Face config.json file")
     mapping = mapping_from_hf_config(read_mapping(path), name=name or _default_name(path), file=str(path))
     build(ModelSpec, mapping, file=str(path))
     if out is None:
