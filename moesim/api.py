@@ -132,24 +132,22 @@ COST_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "redundant")
 
 def _dedupe(grid: Grid):
     """-> (first index of each distinct cost-relevant row, inverse) or None when not worth it.
-    Exact: rows are keyed by the bits of their values and the grouping is verified."""
+    Exact: each axis is coded by its distinct values, rows by the mixed-radix number of codes."""
     n = grid.size
     if n < 256 or np.ptp(grid.acceptance) == 0:
         return None
-    key = np.zeros(n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for i, a in enumerate(COST_AXES):
-            bits = np.ascontiguousarray(getattr(grid, a), dtype=np.float64).view(np.uint64)
-            key = (key ^ (bits + np.uint64(0x9E3779B97F4A7C15) + (key << np.uint64(6)) + (key >> np.uint64(2)))) \
-                * np.uint64(0xBF58476D1CE4E5B9 + 2 * i)
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1
+    for a in COST_AXES:
+        values, codes = np.unique(getattr(grid, a), return_inverse=True)
+        if radix * len(values) >= 2 ** 62:
+            return None
+        key = key * len(values) + codes.reshape(-1)
+        radix *= len(values)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if first.size > 0.75 * n:
         return None
-    for a in COST_AXES:
-        col = getattr(grid, a)
-        if not np.array_equal(col[first][inverse], col):
-            return None  # hash collision: evaluate every row
-    return first, inverse
+    return first, inverse.reshape(-1)
 
 
 _PROFILE_CACHE: dict = {}
