@@ -9,16 +9,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim import workload as W
+from moesim.workload.attention import core_op
 from moesim.errors import ConfigError
 from moesim.grid import Grid
 from moesim.memory import max_batch, memory
 from moesim.metrics import metrics
-from moesim.perf.cost import BOUND_CODES, CostModel
-from moesim.schedule.primitives import seq
+from moesim.perf.cost import CostModel
+from moesim.schedule.primitives import par, seq
 from moesim.schedule.schemes import SCHEMES, StageSums, ideal_period, layer_period
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-from moesim.types import CommMode, CostMode, Overlap, Phase, Stream
+from moesim.types import CommMode, CostMode, Overlap, Phase
 
 BOTTLENECKS = ("compute", "memory", "network", "latency")
 
@@ -48,16 +49,95 @@ class Evaluation:
     notes: list = field(default_factory=list)
 
 
-def _bottleneck(costs_with_counts):
-    """Time-weighted dominant bound over all ops (serial view): compute/memory/network/latency."""
-    n_cfg = max(np.size(c.time_s) for c, _ in costs_with_counts)
+CORE = ("attn_core", "mtp_attn_core")  # the only ops whose cost depends on the context length
+
+
+class Summary:
+    """A priced workload (one micro-batch count) reduced to what schedules and metrics need:
+    stage sums per layer group, step extras, time by bound, FLOPs and resource totals per step."""
+
+    def __init__(self, wl, groups, ub, skip=()):
+        self.ub = ub
+        self.n_moe, self.n_dense, self.mtp_count = wl.n_moe_layers, wl.n_dense_layers, wl.mtp_count
+        self.has = {name: bool(groups[name]) for name in groups}
+        keep = {name: [c for c in groups[name] if c.name not in skip] for name in groups}
+        self.sums = {name: StageSums(keep[name]) for name in ("moe_layer", "dense_layer")}
+        mtp = groups["mtp"]
+        self.extra = {"step": seq(*[c.time_s for c in keep["step"]]),
+                      "mtp": seq(mtp[0].time_s, mtp[-1].time_s) if mtp else 0.0}
+        counted = [(c, self.n_moe * ub) for c in keep["moe_layer"]] + \
+                  [(c, self.n_dense * ub) for c in keep["dense_layer"]] + \
+                  [(c, ub) for c in keep["step"]] + [(c, self.mtp_count * ub) for c in keep["mtp"]]
+        self.counted = counted
+        self.acc = _bound_times(counted)
+        self.flops = seq(*[c.flops * n for c, n in counted])
+        self.ideal = ideal_period([c for c, _n in counted], counts=[n for _c, n in counted])[1]
+        self.layer_ideal = {name: ideal_period(keep[name])[1] for name in ("moe_layer", "dense_layer")}
+
+    def core_count(self):
+        """How many times per step the attention core runs (per micro-batch count)."""
+        n = (self.n_moe if self.has["moe_layer"] else 0) + (self.n_dense if self.has["dense_layer"] else 0)
+        return (n + (self.mtp_count if self.has["mtp"] else 0.0)) * self.ub
+
+    def expand(self, inv, core):
+        """Rows `inv` of this (deduplicated) summary plus the attention core priced on every row."""
+        take = lambda x: np.asarray(x)[..., inv] if np.ndim(x) else x  # noqa: E731
+        out = object.__new__(Summary)
+        out.ub, out.n_moe, out.n_dense, out.has = self.ub, self.n_moe, self.n_dense, self.has
+        out.mtp_count = take(self.mtp_count)
+        out.sums = {}
+        for name, ss in self.sums.items():
+            e = object.__new__(StageSums)
+            e.stage = {k: take(v) for k, v in ss.stage.items()}
+            e.named = {k: take(v) for k, v in ss.named.items()}
+            e.comm = {k: take(v) for k, v in ss.comm.items()}
+            e.sm_share = ss.sm_share
+            if self.has[name]:
+                e.stage[core.stage] = seq(e.stage.get(core.stage, 0.0), core.time_s)
+            out.sums[name] = e
+        out.extra = {k: take(v) for k, v in self.extra.items()}
+        n = out.core_count()
+        out.counted = None
+        out.acc = take(self.acc) + np.stack([np.where(core.bound == j, core.time_s * n, 0.0) for j in range(4)])
+        out.flops = take(self.flops) + core.flops * n
+        comp, mem, net = (take(x) for x in self.ideal)
+        out.ideal = (comp + core.compute_s * n, mem + core.memory_s * n, net)
+        out.layer_ideal = {}
+        for name, (c, m, k) in self.layer_ideal.items():
+            add = 1.0 if self.has[name] else 0.0
+            out.layer_ideal[name] = (take(c) + core.compute_s * add, take(m) + core.memory_s * add, take(k))
+        return out
+
+
+def _bound_times(counted):
+    """(4, N) time per step spent in ops bound by compute / memory / network / latency."""
+    n_cfg = max([np.size(c.time_s) for c, _ in counted] + [1])
     acc = np.zeros(4 * n_cfg)
     col = np.arange(n_cfg)
-    for c, n in costs_with_counts:  # loop over ops (~100), each a vector over all configurations
+    for c, n in counted:  # loop over ops (~100), each a vector over all configurations
         t = np.broadcast_to(np.asarray(c.time_s * n, float), (n_cfg,))
         b = np.broadcast_to(c.bound, (n_cfg,))
         acc += np.bincount(b * n_cfg + col, weights=t, minlength=4 * n_cfg)
-    return np.argmax(acc.reshape(4, n_cfg), axis=0)
+    return acc.reshape(4, n_cfg)
+
+
+def _context_free_rows(grid: Grid):
+    """(first, inverse) over every axis but context and acceptance, or None when not worth it."""
+    n = grid.size
+    if n < 512:
+        return None
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1
+    for a in ("tp", "dp", "ep", "moe_tp", "batch", "mtp", "redundant"):
+        values, codes = np.unique(getattr(grid, a), return_inverse=True)
+        if radix * len(values) >= 2 ** 62:
+            return None
+        key = key * len(values) + codes.reshape(-1)
+        radix *= len(values)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if first.size > 0.5 * n:
+        return None
+    return first, inverse.reshape(-1)
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,
@@ -66,6 +146,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
 
     imbalance: optional dict of arrays {"experts": max/mean routed load, "attention": max/mean
     KV work} applied to the slowest rank's expert, all-to-all and attention-core times.
+    Ops other than the attention core do not depend on the context length: on large grids they
+    are priced once per distinct context-free row and expanded (exact), the core on every row.
     """
     phase = Phase(phase)
     comm = CommMode(comm) if comm else default_comm(phase)
@@ -75,49 +157,55 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     if overlap != Overlap.AUTO.value and overlap not in (Overlap.IDEAL.value,) and overlap not in schemes_for(phase):
         raise ConfigError(f"overlap: {overlap!r} does not apply to {phase.value}; allowed: "
                           f"{', '.join(schemes_for(phase) + ['ideal', 'auto'])}")
+    imbalance = imbalance or {}
+    rows = _context_free_rows(grid)
     cache = {}
 
     def priced(ub):
-        if ub not in cache:
+        if ub in cache:
+            return cache[ub]
+        if rows is None:
             wl = W.build(model, hw, grid, phase, comm, micro_batches=ub)
-            groups = {}
-            for name in ("moe_layer", "dense_layer", "step", "mtp"):
-                costs = cm.costs(getattr(wl, name))
-                if imbalance:
-                    costs = _apply_imbalance(costs, imbalance)
-                groups[name] = costs
-            n_block = len(groups["mtp"]) - 2
-            sums = {name: StageSums(groups[name]) for name in ("moe_layer", "dense_layer")}
-            extra = {"step": seq(*[c.time_s for c in groups["step"]]),
-                     "mtp": seq(groups["mtp"][0].time_s, groups["mtp"][-1].time_s) if n_block >= 0 else 0.0}
-            counted = [(c, wl.n_moe_layers * ub) for c in groups["moe_layer"]] + \
-                      [(c, wl.n_dense_layers * ub) for c in groups["dense_layer"]] + \
-                      [(c, ub) for c in groups["step"]] + [(c, wl.mtp_count * ub) for c in groups["mtp"]]
-            cache[ub] = (wl, groups, sums, extra, counted)
-        return cache[ub]
+            groups = {name: _apply_imbalance(cm.costs(getattr(wl, name)), imbalance)
+                      for name in ("moe_layer", "dense_layer", "step", "mtp")}
+            summ = Summary(wl, groups, ub)
+        else:
+            first, inv = rows
+            sub = grid.take(first)
+            sub_imb = {k: np.broadcast_to(v, (grid.size,))[first] for k, v in imbalance.items() if k != "attention"}
+            wl = W.build(model, hw, sub, phase, comm, micro_batches=ub)
+            groups = {name: _apply_imbalance(cm.costs(getattr(wl, name)), sub_imb)
+                      for name in ("moe_layer", "dense_layer", "step", "mtp")}
+            t, b_req = W.tokens(grid, phase, ub)
+            core = cm.cost(core_op(model, t=t, b_req=b_req, q_len=np.where(phase == Phase.PREFILL, 1.0, grid.q_len),
+                                   context=grid.context, tp=grid.tp, prefill=phase == Phase.PREFILL))
+            core = _apply_imbalance([core], {k: v for k, v in imbalance.items() if k == "attention"})[0]
+            summ = Summary(wl, groups, ub, skip=CORE).expand(inv, core)
+        cache[ub] = summ
+        return summ
 
     results = {}
     for scheme in wanted:
         ub = 1 if scheme in ("serial", "shared", "sbo", "ideal") else SCHEMES[scheme].micro_batches
-        wl, g, sums, extra, counted = priced(ub)
+        sm = priced(ub)
         if scheme == Overlap.IDEAL.value:
             # the step's roofline: compute, HBM and network each busy all the time; a lower bound
             # of every schedule (seed 002 takes the same max per layer; step-level ops such as the
             # LM head join the sums instead of adding serially)
-            step, _ = ideal_period([c for c, _n in counted], counts=[n for _c, n in counted])
-            moe_t = ideal_period(g["moe_layer"])[0] if g["moe_layer"] else 0.0
-            dense_t = ideal_period(g["dense_layer"])[0] if g["dense_layer"] else 0.0
+            step = par(*sm.ideal)
+            moe_t = par(*sm.layer_ideal["moe_layer"]) if sm.has["moe_layer"] else 0.0
+            dense_t = par(*sm.layer_ideal["dense_layer"]) if sm.has["dense_layer"] else 0.0
         else:
             sch = SCHEMES[scheme]
-            moe_t = layer_period(sums["moe_layer"], sch) if g["moe_layer"] else 0.0
-            dense_t = layer_period(sums["dense_layer"], sch) if g["dense_layer"] else 0.0
+            moe_t = layer_period(sm.sums["moe_layer"], sch) if sm.has["moe_layer"] else 0.0
+            dense_t = layer_period(sm.sums["dense_layer"], sch) if sm.has["dense_layer"] else 0.0
             # the MTP module is one more transformer block (same schedule) plus eh_proj and its
             # LM head, which run serially; step-level ops (embedding, LM head) once per micro-batch
             mtp_t = 0.0
-            if g["mtp"]:
+            if sm.has["mtp"]:
                 block = moe_t if model.is_moe else dense_t
-                mtp_t = (block + extra["mtp"] * ub) * wl.mtp_count
-            step = seq(wl.n_moe_layers * moe_t, wl.n_dense_layers * dense_t, extra["step"] * ub, mtp_t)
+                mtp_t = (block + sm.extra["mtp"] * ub) * sm.mtp_count
+            step = seq(sm.n_moe * moe_t, sm.n_dense * dense_t, sm.extra["step"] * ub, mtp_t)
         if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
             step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)
@@ -135,17 +223,15 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     is_ideal = np.array([s == "ideal" for s in names])[best]
     bott = np.zeros(grid.size, dtype=int)
     for ub in np.unique(chosen_ub):
-        counted = priced(int(ub))[4]
-        sel = (chosen_ub == ub) & ~is_ideal
-        if sel.any():
-            bott = np.where(sel, _bottleneck(counted), bott)
-        if (is_ideal & (chosen_ub == ub)).any():
-            _, (comp, mem_t, net) = ideal_period([c for c, _n in counted], counts=[n for _c, n in counted])
-            ib = np.argmax(np.stack(np.broadcast_arrays(comp, mem_t, net)), axis=0)
-            bott = np.where(is_ideal, ib, bott)
+        sm = priced(int(ub))
+        here = chosen_ub == ub
+        bott = np.where(here & ~is_ideal, np.argmax(np.broadcast_to(sm.acc, (4, grid.size)), axis=0), bott)
+        if (is_ideal & here).any():
+            ib = np.argmax(np.stack(np.broadcast_arrays(*sm.ideal)), axis=0)
+            bott = np.where(is_ideal & here, ib, bott)
     chosen = names[int(best[0])]
-    counted = priced(int(chosen_ub[0]))[4]
-    flops = seq(*[c.flops * n for c, n in counted])
+    sm = priced(int(chosen_ub[0]))
+    flops = sm.flops
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals = metrics(grid, phase, step, flops, peak, hw.gpus_per_node)
     mem = memory(model, hw, grid, phase, comm)
@@ -159,7 +245,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     })
     for s in names:
         vals[f"step_time_s[{s}]"] = np.broadcast_to(results[s][0], (grid.size,))
-    ev = Evaluation(grid, vals, counted, cm.notes)
+    ev = Evaluation(grid, vals, sm.counted or [], cm.notes)
     ev.memory = mem
     ev.comm = comm
     ev.chosen = chosen
@@ -168,6 +254,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
 
 def _apply_imbalance(costs, imb):
     import dataclasses
+    if not imb:
+        return costs
     out = []
     for c in costs:
         f = 1.0

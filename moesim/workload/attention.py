@@ -21,6 +21,44 @@ def _tp_allreduce(name, t, d, tp, stage) -> OpWork:
                   shape={"bytes": msg, "gpus": tp}, present=(tp > 1).astype(float))
 
 
+def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> OpWork:
+    """The attention core (the only op whose cost depends on the context length)."""
+    a, p = model.attention, model.precision
+    kvb = p.kv_dtype.bytes
+    h = a.num_heads / tp
+    if a.kind == AttentionKind.MLA:
+        lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
+        qd = nope + rope
+        if prefill:
+            # MHA form, causal: each token attends to context/2 keys on average (seed 002: 81,920
+            # FLOP per token per key per layer = 2 * 128 heads * (192 + 128))
+            flops = 2.0 * h * t * (context / 2.0) * (qd + vd)
+            act = t * h * (qd + qd + vd + vd) * 2.0 + t * (lat + rope) * kvb
+            return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
+                          shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
+                                 "heads": h, "prefill": True})
+        # FlashMLA decode: QK over 576 dims, PV over 512 (seed 002: 278,528 FLOP per token per key)
+        flops = 2.0 * b_req * q_len * h * context * ((lat + rope) + lat)
+        kv = b_req * context * (lat + rope) * kvb
+        act = b_req * q_len * h * ((lat + rope) + lat) * 2.0
+        return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
+                      bytes_act=act, shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h,
+                                            "prefill": False})
+    hd = model.head_dim
+    kvh = np.maximum(a.kv_heads / tp, 1.0)
+    if prefill:
+        flops = 2.0 * h * t * (context / 2.0) * hd * 2.0
+        act = t * (h * hd * 2 + 2 * kvh * hd) * 2.0 + t * 2 * kvh * hd * kvb
+        return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
+                      shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
+                             "heads": h, "prefill": True})
+    flops = 2.0 * b_req * q_len * h * context * hd * 2.0
+    kv = b_req * context * 2.0 * kvh * hd * kvb
+    return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
+                  bytes_act=t * h * hd * 2.0 * 2.0,
+                  shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False})
+
+
 def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> list[OpWork]:
     """t: tokens per GPU's DP group per micro-batch; b_req: requests (decode) or sequences (prefill)."""
     a, d, p = model.attention, model.hidden_size, model.precision
@@ -44,13 +82,7 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         if prefill:
             # MHA form: expand the latent into per-head K_nope and V (kv_b_proj), then causal attention
             ops.append(gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-            # causal: each token attends to context/2 keys on average (seed 002: 81,920 FLOP per
-            # token per key per layer = 2 * 128 heads * (192 + 128))
-            flops = 2.0 * h * t * (context / 2.0) * (qd + vd)
-            act = t * h * (qd + qd + vd + vd) * 2.0 + t * (lat + rope) * kvb
-            ops.append(OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
-                              shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
-                                     "heads": h, "prefill": True}))
+            ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=True))
         else:
             # absorbed form (DeepSeek-V2 paper app. C): q_nope . W_UK, attention over the latent, . W_UV
             ops.append(OpWork("w_uk_bmm", OpKind.BMM, p.weight_dtype, 1, flops=2.0 * t * h * nope * lat,
@@ -58,13 +90,7 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
                               bytes_act=t * h * (nope * ab + lat * 2.0),
                               shape={"m": t, "n": lat * np.ones_like(t), "k": nope * np.ones_like(t), "groups": h}))
             ops.append(elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1))
-            # FlashMLA decode: QK over 576 dims, PV over 512 (seed 002: 278,528 FLOP per token per key)
-            flops = 2.0 * b_req * q_len * h * context * ((lat + rope) + lat)
-            kv = b_req * context * (lat + rope) * kvb
-            act = b_req * q_len * h * ((lat + rope) + lat) * 2.0
-            ops.append(OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
-                              bytes_act=act, shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h,
-                                                    "prefill": False}))
+            ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=False))
             ops.append(OpWork("w_uv_bmm", OpKind.BMM, p.weight_dtype, 2, flops=2.0 * t * h * lat * vd,
                               bytes_weight=h * lat * vd * wb * np.ones_like(t),
                               bytes_act=t * h * (lat * 2.0 + vd * 2.0),
@@ -74,19 +100,7 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
         ops.append(gemm("qkv_proj", t, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-        if prefill:
-            flops = 2.0 * h * t * (context / 2.0) * hd * 2.0
-            act = t * (h * hd * 2 + 2 * kvh * hd) * 2.0 + t * 2 * kvh * hd * kvb
-            ops.append(OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
-                              shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
-                                     "heads": h, "prefill": True}))
-        else:
-            flops = 2.0 * b_req * q_len * h * context * hd * 2.0
-            kv = b_req * context * 2.0 * kvh * hd * kvb
-            ops.append(OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
-                              bytes_act=t * h * hd * 2.0 * 2.0,
-                              shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h,
-                                     "prefill": False}))
+        ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill))
         ops.append(gemm("o_proj", t, d, h * hd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
     ops.append(_tp_allreduce("attn_tp_allreduce", t, d, tp, stage=2))
     ops.append(elementwise("ffn_norm", t * d * 2.0 * 2.0, stage=2))
