@@ -302,17 +302,22 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
                           f"and needs batch >= 2; allowed for batch {batch:g}: serial, shared, sbo, ideal")
     ops = []
     agg = {}
+    from moesim.schedule.schemes import SCHEMES
+    ub = SCHEMES[ev.chosen].micro_batches if ev.chosen in SCHEMES else 1
     for c, n in ev.op_costs:
-        t_layer = float(np.asarray(c.time_s).reshape(-1)[0])
+        t_call = float(np.asarray(c.time_s).reshape(-1)[0])
         n = float(np.asarray(n).reshape(-1)[0])
-        if n == 0 or (t_layer == 0 and float(np.asarray(c.flops).reshape(-1)[0]) == 0
+        if n == 0 or (t_call == 0 and float(np.asarray(c.flops).reshape(-1)[0]) == 0
                       and float(np.asarray(c.bytes).reshape(-1)[0]) == 0):
             continue
         key = c.name
+        # per call = one micro-batch's kernel; per layer = every micro-batch of one layer (or of the
+        # step, for step-level ops such as the LM head)
         e = agg.setdefault(key, {"name": c.name, "stream": c.stream.value, "stage": c.stage, "time_s": 0.0,
-                                 "time_per_layer_s": t_layer, "count": 0.0, "bound": c.bound_name(0),
-                                 "provenance": c.provenance, "flops": 0.0, "bytes": 0.0})
-        e["time_s"] += t_layer * n
+                                 "time_per_call_s": t_call, "time_per_layer_s": t_call * ub, "count": 0.0,
+                                 "calls_per_layer": ub, "bound": c.bound_name(0), "provenance": c.provenance,
+                                 "flops": 0.0, "bytes": 0.0})
+        e["time_s"] += t_call * n
         e["count"] += n
         e["flops"] += float(np.asarray(c.flops).reshape(-1)[0]) * n
         e["bytes"] += float(np.asarray(c.bytes).reshape(-1)[0]) * n

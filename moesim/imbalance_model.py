@@ -35,9 +35,16 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
                 shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
                 factors[sel] = I.expert_rank_imbalance(tokens[sel], model.moe.top_k, shares)
         out["experts"] = factors
+        if grid.size == 1:
+            notes.append(f"slowest EP rank receives {factors[0]:.2f}x the mean routed load (expert_skew={expert_skew}"
+                         f"{', EPLB over the redundant slots' if grid.redundant[0] else ''}): applied to the expert "
+                         f"GEMMs, dispatch and combine")
     cv = I.context_dist(context_dist)
     if phase != Phase.PREFILL and cv > 0:
         # expected max over DP ranks of the KV tokens a rank's requests hold (attention-core work)
         out["attention"] = I.dp_attention_imbalance(grid.batch, grid.dp, grid.context, cv,
                                                     context_skewness=I.context_skewness(context_dist))
+        if grid.size == 1:
+            notes.append(f"slowest DP rank holds {float(np.ravel(out['attention'])[0]):.2f}x the mean KV "
+                         f"(context_dist={context_dist}): applied to the attention core")
     return out, notes

@@ -15,11 +15,11 @@ def print_estimate(r) -> None:
              f"{cfg['batch']:g} {'requests' if cfg['phase'] != 'prefill' else 'tokens'}/DP group · context "
              f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · {cfg['comm']}")
     t = Table(title=title, title_justify="left")
-    for col, j in (("op", "left"), ("stage", "right"), ("per layer", "right"), ("× per step", "right"),
+    for col, j in (("op", "left"), ("stage", "right"), ("per call", "right"), ("calls/step", "right"),
                    ("per step", "right"), ("share", "right"), ("bound", "left"), ("provenance", "left")):
         t.add_column(col, justify=j)
     for o in sorted(r.ops, key=lambda o: -o["time_s"]):
-        t.add_row(o["name"], str(o["stage"]), U.fmt_time(o["time_per_layer_s"]), f"{o['count']:g}",
+        t.add_row(o["name"], str(o["stage"]), U.fmt_time(o["time_per_call_s"]), f"{o['count']:g}",
                   U.fmt_time(o["time_s"]), f"{o['share'] * 100:.1f}%", o["bound"], o["provenance"])
     c.print(t)
     f = lambda k: float(v[k][0])  # noqa: E731

@@ -6,7 +6,7 @@ import numpy as np
 from moesim import workload as W
 from moesim.api import load_profile_for, resolve_parallel, resolve_specs
 from moesim.config import require_valid
-from moesim.engine import _apply_imbalance, default_comm, default_overlap
+from moesim.engine import _apply_imbalance, default_comm
 from moesim.grid import Grid
 from moesim.imbalance_model import imbalance_factors
 from moesim.perf.cost import CostModel
@@ -26,7 +26,14 @@ def layer_timeline(model="deepseek-v3", hardware="h800", *, phase="decode", tp=1
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context,
                        mtp=0 if phase == Phase.PREFILL else mtp, acceptance=acceptance, redundant=redundant_experts)
     require_valid(m, h, grid, phase)
-    scheme_name = (Overlap.parse(overlap, "overlap") if overlap else default_overlap(phase)).value
+    if overlap in (None, "auto", Overlap.AUTO):
+        # the schedule `moesim estimate` would pick for this configuration (fastest; never "ideal")
+        from moesim.api import evaluate_grid
+        ev, _ = evaluate_grid(m, h, grid, phase=phase, overlap="auto", cost_mode=cost_mode, comm=comm,
+                              expert_skew=expert_skew, context_dist=context_dist)
+        scheme_name = ev.chosen
+    else:
+        scheme_name = Overlap.parse(overlap, "overlap").value
     if scheme_name in ("ideal", "auto"):
         from moesim.errors import ConfigError
         raise ConfigError(f"overlap: timeline needs a concrete schedule; allowed: {', '.join(SCHEMES)}")
