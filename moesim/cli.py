@@ -90,7 +90,7 @@ def models():
     for name in catalog("models"):
         try:
             m = load_model(name)
-            typer.echo(f"{name:22s} {m.total_params() / 1e9:8.1f}B total {m.active_params() / 1e9:7.1f}B active "
+            typer.echo(f"{m.name:22s} {m.total_params() / 1e9:8.1f}B total {m.active_params() / 1e9:7.1f}B active "
                        f"{m.attention.kind.value:4s} KV {m.kv_bytes_per_token / 1e3:7.1f} KB/token")
         except MoesimError as e:
             typer.echo(f"{name:22s} invalid: {e}")
@@ -103,7 +103,7 @@ def hardware():
     for name in catalog("hardware"):
         try:
             h = load_hardware(name)
-            typer.echo(f"{name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+            typer.echo(f"{h.name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
                        f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
                        f"${h.usd_per_gpu_hour:.2f}/GPU-h")
         except MoesimError as e:

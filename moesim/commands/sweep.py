@@ -10,7 +10,7 @@ import typer
 
 from moesim.errors import ConfigError
 
-AXIS_HELP = "comma list, a:b (doubling a..b) or a:b:s (linear)"
+AXIS_HELP = "comma list, A:B (doubling from A to B) or A:B:STEP (linear)"
 MODEL_OPT = typer.Option(None, "--model", "-m", help="catalog name, YAML spec or HF config.json [default: deepseek-v3]")
 HW_OPT = typer.Option(None, "--hardware", "-g", help="catalog name(s) or YAML spec(s), comma separated [default: h800]")
 SET_OPT = typer.Option(None, "--set", help="what-if override, e.g. hardware.rdma_bw_GBps=100 (repeatable)")
