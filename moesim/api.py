@@ -99,7 +99,7 @@ def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False
 
 def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="decode", overlap=None,
                   cost_mode="calibrated", comm=None, expert_skew="auto", context_dist="fixed", profile_path=None,
-                  force_profile=False):
+                  force_profile=False, cuda_graphs=True):
     """The one evaluation path shared by estimate, sweep, pareto and plan (so they agree):
     calibration profile + rank-imbalance factors + vectorized evaluate. -> (Evaluation, notes)."""
     from moesim.imbalance_model import imbalance_factors
@@ -110,7 +110,7 @@ def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="deco
     dd = _dedupe(grid)
     if dd is None:
         ev = evaluate(model, hw, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
-                      imbalance=imb)
+                      imbalance=imb, cuda_graphs=cuda_graphs)
         return ev, notes + imb_notes + ev.notes
     # configurations that differ only in acceptance share every op cost: evaluate each distinct
     # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
@@ -118,7 +118,7 @@ def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="deco
     sub = grid.take(first)
     sub_imb = {k: np.broadcast_to(v, (grid.size,))[first] for k, v in imb.items()} if imb else imb
     ev = evaluate(model, hw, sub, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof,
-                  imbalance=sub_imb)
+                  imbalance=sub_imb, cuda_graphs=cuda_graphs)
     vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
     peak = hw.peak_flops(model.precision.weight_dtype)
     flops = vals["mfu"] * vals["step_time_s"] * peak
@@ -263,7 +263,7 @@ def _py(v):
 def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
              batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
              cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
-             profile=None, force_profile=False, isl=None, osl=None) -> EstimateResult:
+             profile=None, force_profile=False, isl=None, osl=None, cuda_graphs=True) -> EstimateResult:
     """One configuration, per-op detail. Raises MoesimError subclasses on bad input.
     phase "mixed" (decode + chunked prefill in each step) needs isl and osl (tokens)."""
     phase = Phase.parse(phase, "phase")
@@ -290,7 +290,7 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
     require_valid(m, h, grid, phase)
     ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm,
                               expert_skew=expert_skew, context_dist=context_dist, profile_path=profile,
-                              force_profile=force_profile)
+                              force_profile=force_profile, cuda_graphs=cuda_graphs)
     notes += ev.notes
     step = float(ev.values["step_time_s"][0])
     if not np.isfinite(step) and (batch >= 2 or overlap in (Overlap.SERIAL, Overlap.SHARED, Overlap.SBO,
@@ -350,5 +350,6 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
               "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
               "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
               "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
+              "cuda_graphs": cuda_graphs,
               "set": list(set or [])}
     return EstimateResult(m, h, config, {k: v for k, v in ev.values.items()}, ops, memd, notes)

@@ -62,6 +62,8 @@ def estimate(
     comm: Optional[str] = typer.Option(None, help="deepep-ll | deepep-normal | nccl | pplx"),
     expert_skew: str = typer.Option("auto", "--expert-skew", help="auto | none | uniform | zipf:<s> | load.csv"),
     context_dist: str = typer.Option("fixed", "--context-dist", help="fixed | exp | lognormal:<cv>"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="kernel launch overhead with CUDA graph replay (default) or eager launches"),
     set_: Optional[List[str]] = SET_OPT,
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     out: Optional[Path] = typer.Option(None, "--out", help="write JSON to a file"),
@@ -73,6 +75,7 @@ def estimate(
     r = run(model, hardware, phase=phase, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context,
             mtp=mtp, acceptance=acceptance, redundant_experts=redundant_experts, overlap=overlap,
             cost_mode=cost_mode, comm=comm, set=set_, expert_skew=expert_skew, context_dist=context_dist,
+            cuda_graphs=cuda_graphs,
             isl=isl, osl=osl)
     if json_out or out:
         _emit_json(r.to_dict(), out)

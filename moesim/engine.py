@@ -141,7 +141,7 @@ def _context_free_rows(grid: Grid):
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,
-             cost_mode=CostMode.ROOFLINE, comm=None, profile=None, imbalance=None) -> Evaluation:
+             cost_mode=CostMode.ROOFLINE, comm=None, profile=None, imbalance=None, cuda_graphs=True) -> Evaluation:
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
     imbalance: optional dict of arrays {"experts": max/mean routed load, "attention": max/mean
@@ -152,7 +152,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     phase = Phase(phase)
     comm = CommMode(comm) if comm else default_comm(phase)
     overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
-    cm = CostModel(hw, model, cost_mode, profile)
+    cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=cuda_graphs)
+    sync = hw.layer_sync_s if CostMode(cost_mode) != CostMode.ROOFLINE else 0.0
     wanted = schemes_for(phase) if overlap == Overlap.AUTO.value else [overlap]
     if overlap != Overlap.AUTO.value and overlap not in (Overlap.IDEAL.value,) and overlap not in schemes_for(phase):
         raise ConfigError(f"overlap: {overlap!r} does not apply to {phase.value}; allowed: "
@@ -197,8 +198,9 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
             dense_t = par(*sm.layer_ideal["dense_layer"]) if sm.has["dense_layer"] else 0.0
         else:
             sch = SCHEMES[scheme]
-            moe_t = layer_period(sm.sums["moe_layer"], sch) if sm.has["moe_layer"] else 0.0
-            dense_t = layer_period(sm.sums["dense_layer"], sch) if sm.has["dense_layer"] else 0.0
+            # + per-layer synchronisation outside the kernels (hardware spec, 0 unless measured)
+            moe_t = layer_period(sm.sums["moe_layer"], sch) + sync if sm.has["moe_layer"] else 0.0
+            dense_t = layer_period(sm.sums["dense_layer"], sch) + sync if sm.has["dense_layer"] else 0.0
             # the MTP module is one more transformer block (same schedule) plus eh_proj and its
             # LM head, which run serially; step-level ops (embedding, LM head) once per micro-batch
             mtp_t = 0.0

@@ -51,8 +51,10 @@ def _family(op: OpWork, model: ModelSpec) -> str:
 class CostModel:
     """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
 
-    def __init__(self, hw: HardwareSpec, model: ModelSpec, mode: CostMode = CostMode.ROOFLINE, profile=None):
+    def __init__(self, hw: HardwareSpec, model: ModelSpec, mode: CostMode = CostMode.ROOFLINE, profile=None,
+                 cuda_graphs: bool = True):
         self.hw, self.model, self.mode = hw, model, CostMode(mode)
+        self.cuda_graphs = cuda_graphs
         self.profile = profile if self.mode != CostMode.ROOFLINE else None
         self.notes: list[str] = []
 
@@ -77,6 +79,8 @@ class CostModel:
                     ec, em = eff
                     prov = Provenance.FITTED.value
                     launch = self.profile.launch_s
+            if not self.cuda_graphs:  # eager mode: the host launches every kernel
+                launch = max(launch, hw.kernel_launch_eager_s)
                 if self.mode == CostMode.MEASURED and op.shape:
                     measured = self.profile.measured_time(fam, **op.shape)
         compute_s = flops / (peak * np.asarray(ec, float))

@@ -33,6 +33,9 @@ class HardwareSpec:
     nvlink_domain_gpus: int = field(0, lo=0, hi=1_000_000, doc="GPUs sharing one NVLink domain; 0 = gpus_per_node")
     nics_per_gpu: float = field(1.0, lo=0.0, hi=64, lo_open=True)
     kernel_launch_us: float = field(2.0, lo=0.0, hi=1e4, doc="per-kernel launch/tail overhead under CUDA graphs")
+    kernel_launch_eager_us: float = field(5.0, lo=0.0, hi=1e4,
+                                          doc="per-kernel overhead without CUDA graphs (host launch latency)")
+    layer_sync_us: float = field(0.0, lo=0.0, hi=1e5, doc="per-layer synchronisation outside the kernels")
     memory_reserve_GB: float = field(4.0, lo=0.0, hi=1e5, doc="CUDA context, allocator slack, CUDA graphs")
     description: str = ""
     sources: Dict[str, str] = None
@@ -93,3 +96,11 @@ class HardwareSpec:
     @property
     def kernel_launch_s(self) -> float:
         return self.kernel_launch_us * U.US
+
+    @property
+    def kernel_launch_eager_s(self) -> float:
+        return self.kernel_launch_eager_us * U.US
+
+    @property
+    def layer_sync_s(self) -> float:
+        return self.layer_sync_us * U.US
