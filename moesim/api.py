@@ -8,7 +8,7 @@ import numpy as np
 from moesim.config import require_valid
 from moesim.engine import evaluate, schemes_for
 from moesim.errors import CalibrationError, ConfigError
-from moesim.grid import Grid
+from moesim.grid import Grid, distinct_rows
 from moesim.metrics import metrics
 from moesim.specs import load_hardware, load_model, parse_overrides
 from moesim.specs.hardware import HardwareSpec
@@ -131,23 +131,10 @@ COST_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "redundant")
 
 
 def _dedupe(grid: Grid):
-    """-> (first index of each distinct cost-relevant row, inverse) or None when not worth it.
-    Exact: each axis is coded by its distinct values, rows by the mixed-radix number of codes."""
-    n = grid.size
-    if n < 256 or np.ptp(grid.acceptance) == 0:
+    """Rows that differ only in acceptance share every op cost (acceptance enters the metrics only)."""
+    if np.ptp(grid.acceptance) == 0:
         return None
-    key = np.zeros(n, dtype=np.int64)
-    radix = 1
-    for a in COST_AXES:
-        values, codes = np.unique(getattr(grid, a), return_inverse=True)
-        if radix * len(values) >= 2 ** 62:
-            return None
-        key = key * len(values) + codes.reshape(-1)
-        radix *= len(values)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if first.size > 0.75 * n:
-        return None
-    return first, inverse.reshape(-1)
+    return distinct_rows(grid, COST_AXES, max_share=0.75, min_size=256)
 
 
 _PROFILE_CACHE: dict = {}

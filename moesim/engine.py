@@ -11,7 +11,7 @@ import numpy as np
 from moesim import workload as W
 from moesim.workload.attention import core_op
 from moesim.errors import ConfigError
-from moesim.grid import Grid
+from moesim.grid import Grid, distinct_rows
 from moesim.memory import max_batch, memory
 from moesim.metrics import metrics
 from moesim.perf.cost import CostModel
@@ -123,21 +123,7 @@ def _bound_times(counted):
 
 def _context_free_rows(grid: Grid):
     """(first, inverse) over every axis but context and acceptance, or None when not worth it."""
-    n = grid.size
-    if n < 512:
-        return None
-    key = np.zeros(n, dtype=np.int64)
-    radix = 1
-    for a in ("tp", "dp", "ep", "moe_tp", "batch", "mtp", "redundant"):
-        values, codes = np.unique(getattr(grid, a), return_inverse=True)
-        if radix * len(values) >= 2 ** 62:
-            return None
-        key = key * len(values) + codes.reshape(-1)
-        radix *= len(values)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if first.size > 0.5 * n:
-        return None
-    return first, inverse.reshape(-1)
+    return distinct_rows(grid, ("tp", "dp", "ep", "moe_tp", "batch", "mtp", "redundant"), max_share=0.5, min_size=512)
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,

@@ -77,3 +77,24 @@ class Grid:
 
 def replace(grid: Grid, **kw) -> Grid:
     return dataclasses.replace(grid, **kw)
+
+
+def distinct_rows(grid: Grid, axes, max_share: float = 1.0, min_size: int = 0):
+    """(first index of each distinct row over `axes`, inverse) — or None when the grid is smaller
+    than `min_size` or more than `max_share` of its rows are distinct (sharing would not pay).
+    Exact: each axis is coded by its distinct values, a row by the mixed-radix number of its codes."""
+    n = grid.size
+    if n < min_size:
+        return None
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1
+    for a in axes:
+        values, codes = np.unique(getattr(grid, a), return_inverse=True)
+        if radix * len(values) >= 2 ** 62:
+            return None
+        key = key * len(values) + codes.reshape(-1)
+        radix *= len(values)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if first.size > max_share * n:
+        return None
+    return first, inverse.reshape(-1)
