@@ -6,7 +6,6 @@ boolean mask with a reason, never an exception in the middle of a sweep.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 import numpy as np

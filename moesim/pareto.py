@@ -46,7 +46,6 @@ def pareto(df, x="tokens_per_s_per_user", y="tokens_per_s_per_gpu", group_by=Non
     """Frontier rows of `df` (maximize x and y), per group when `group_by` names a column (or a
     list of columns). Rows with valid=False or fits=False are left out when those columns exist
     and only_feasible. Sorted by group, then x ascending."""
-    import pandas as pd
 
     for c in [x, y] + ([] if group_by is None else ([group_by] if isinstance(group_by, str) else list(group_by))):
         if c not in df.columns:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.schedule.primitives import par, seq
-from moesim.types import OpKind, Overlap, Stream
+from moesim.types import OpKind, Overlap
 
 # stages: 1 attention part 1 (norm, qkv_a, q_b, BMM), 2 attention part 2 (core, BMM, o_proj,
 # norm, router), 3 dispatch send + shared expert, 4 dispatch recv + routed experts + combine send,

@@ -8,7 +8,7 @@ import numpy as np
 from moesim.grid import Grid
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-from moesim.types import CommMode, Dtype, OpKind, Phase
+from moesim.types import CommMode, Dtype, Phase
 from moesim.workload.attention import attention_ops
 from moesim.workload.ffn import dense_ffn_ops, moe_ops
 from moesim.workload.ops import OpWork, elementwise, gemm
