@@ -159,6 +159,8 @@ def _cached_profile(load_profile, hw, path, force):
             check_profile_numbers(read_profile_file(p), p)
         try:
             _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+        except OSError as e:
+            raise CalibrationError(f"profile {p}: cannot read ({e.strerror or e.__class__.__name__})") from None
         except (AttributeError, KeyError, TypeError, ValueError) as e:  # structure the reader does not check
             raise CalibrationError(f"profile {p}: malformed ({e.__class__.__name__}: {e}); regenerate it with "
                                    f"`moesim calibrate fit`") from None

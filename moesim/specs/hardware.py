@@ -1,6 +1,7 @@
 """GPU + node + network + price spec (frozen). YAML keys carry human units; properties give SI."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict
 
@@ -8,6 +9,9 @@ from moesim import units as U
 from moesim.errors import SpecError
 from moesim.specs.schema import field
 from moesim.types import Dtype
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class HardwareSpec:
 
     def _validate(self, file=None, path=""):
         where = f"{file}: " if file else ""
+        if not _NAME.fullmatch(self.name):  # the name picks calibration/profiles/<name>.yaml
+            raise SpecError(f"{where}name: {self.name[:40]!r}; allowed 1-64 letters, digits, '.', '_', '+', '-' "
+                            f"(starting with a letter or digit)")
         if self.nvlink_eff_bw_GBps > self.nvlink_bw_GBps:
             raise SpecError(f"{where}nvlink_eff_bw_GBps: {self.nvlink_eff_bw_GBps} exceeds nominal nvlink_bw_GBps={self.nvlink_bw_GBps}")
         if self.rdma_eff_bw_GBps > self.rdma_bw_GBps:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from moesim.errors import SpecError
+from moesim.specs.schema import _show
 
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 GQA_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
@@ -27,6 +28,7 @@ DENSE_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED = tuple(sorted(MLA_TYPES + GQA_MOE_TYPES + DENSE_TYPES))
 
 _MISSING = object()
+MAX_LAYERS = 10_000  # ModelSpec.num_layers upper bound
 
 # Key order of the emitted mapping / YAML (same order as models/deepseek_v3.yaml).
 _TOP_ORDER = ("name", "description", "source", "sources", "num_layers", "num_dense_layers", "hidden_size",
@@ -49,9 +51,9 @@ class _Reader:
     def _for(self) -> str:
         return f" for model_type {self.model_type!r}" if self.model_type else ""
 
-    def int(self, key: str, lo: int = 1, default: Any = _MISSING, null_ok: bool = False) -> int | None:
-        """An integer >= lo. Missing -> default (or error); null -> default when null_ok."""
-        allowed = f"an integer >= {lo}"
+    def int(self, key: str, lo: int = 1, default: Any = _MISSING, null_ok: bool = False, hi: int | None = None) -> int | None:
+        """An integer >= lo (and <= hi). Missing -> default (or error); null -> default when null_ok."""
+        allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi:,}]"
         if key not in self.cfg:
             if default is _MISSING:
                 raise self.fail(key, f"required key is missing{self._for()}; expected {allowed}")
@@ -64,9 +66,9 @@ class _Reader:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected {allowed}, got {value!r}")
-        if value < lo:
-            raise self.fail(key, f"{value} out of range, expected {allowed}")
+            raise self.fail(key, f"expected {allowed}, got {_show(value)}")
+        if value < lo or (hi is not None and value > hi):
+            raise self.fail(key, f"{_show(value)} out of range, expected {allowed}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -74,7 +76,7 @@ class _Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise self.fail(key, f"expected true/false, got {value!r}")
+            raise self.fail(key, f"expected true/false, got {_show(value)}")
         return value
 
     def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -82,7 +84,7 @@ class _Reader:
         if value is None:
             return default
         if not isinstance(value, str) or value not in allowed:
-            raise self.fail(key, f"{value!r} is not supported; allowed: {', '.join(allowed)}")
+            raise self.fail(key, f"{_show(value)} is not supported; allowed: {', '.join(allowed)}")
         return value
 
     def int_list(self, key: str) -> list[int]:
@@ -90,7 +92,7 @@ class _Reader:
         if value is None:
             return []
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise self.fail(key, f"expected a list of layer indices, got {value!r}")
+            raise self.fail(key, f"expected a list of layer indices, got {_show(value)}")
         return value
 
 
@@ -107,7 +109,7 @@ def _precision(r: _Reader) -> tuple[dict, str]:
             block = blocks[0]
         else:
             raise r.fail("quantization_config.weight_block_size",
-                         f"expected two equal positive integers such as [128, 128] or null, got {blocks!r}")
+                         f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}")
         prec = dict(weight_dtype="fp8", weight_block=block, activation_dtype="fp8", attention_dtype="bf16",
                     kv_dtype="bf16", embedding_dtype="bf16", dispatch_dtype="fp8", combine_dtype="bf16")
         return prec, f"quantization_config: fp8, weight_block_size {blocks}"
@@ -116,9 +118,9 @@ def _precision(r: _Reader) -> tuple[dict, str]:
     prec = dict(weight_dtype=half, weight_block=0, activation_dtype=half, attention_dtype=half,
                 kv_dtype=half, embedding_dtype=half, dispatch_dtype=half, combine_dtype=half)
     if isinstance(qc, dict):
-        note = f"quantization_config {qc.get('quant_method')!r} is not modelled; {half} weights assumed"
+        note = f"quantization_config {_show(qc.get('quant_method'))} is not modelled; {half} weights assumed"
     else:
-        note = f"no fp8 quantization_config: {half} weights (torch_dtype {dtype})"
+        note = f"no fp8 quantization_config: {half} weights (torch_dtype {_show(dtype)})"
     return prec, note
 
 
@@ -239,13 +241,13 @@ def mapping_from_hf_config(cfg: dict, name: str, file: str | None = None) -> dic
             inner["quantization_config"] = cfg["quantization_config"]
         return mapping_from_hf_config(inner, name, f"{where} (text_config)")
     if not isinstance(mt, str) or mt not in SUPPORTED:
-        raise SpecError(f"{where}: model_type: {mt!r} is not supported; allowed: {', '.join(SUPPORTED)}")
+        raise SpecError(f"{where}: model_type: {_show(mt)} is not supported; allowed: {', '.join(SUPPORTED)}")
     r = _Reader(cfg, file, mt)
     out: dict[str, Any] = {
         "name": str(name),
         "description": f"{mt} architecture imported from a Hugging Face config.json",
         "source": f"imported from {file or 'config.json'}",
-        "num_layers": r.int("num_hidden_layers"),
+        "num_layers": r.int("num_hidden_layers", hi=MAX_LAYERS),  # bounded: layer layouts are built per layer
         "num_dense_layers": 0,
         "hidden_size": r.int("hidden_size"),
         "vocab_size": r.int("vocab_size"),

@@ -68,6 +68,11 @@ def read_mapping(path: Path) -> dict:
         raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to read; allowed: a flat {'JSON' if path.suffix == '.json' else 'YAML'} "
+                        f"mapping of spec keys") from None
+    except ValueError as e:  # e.g. an integer literal beyond Python's 4300-digit limit
+        raise SpecError(f"{path}: unreadable value ({str(e).split(';')[0]}); allowed: numbers of normal size") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
     return data

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import typing
 from typing import Any
 
@@ -25,6 +26,23 @@ def field(default=dataclasses.MISSING, *, lo=None, hi=None, doc="", lo_open=Fals
     if default_factory is not dataclasses.MISSING:
         kw["default_factory"] = default_factory
     return dataclasses.field(**kw)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 60, 60, 6, 6, 2
+
+
+def _show(value) -> str:
+    """A short one-line repr of a user value (YAML aliases can nest huge structures)."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int beyond the 4300-digit str limit
+        return f"<{type(value).__name__} too large to print>"
+
+
+def _key(k) -> str:
+    k = str(k)
+    return k if k.isprintable() and len(k) <= 80 else _show(k)
 
 
 def _where(file: str | None, path: str) -> str:
@@ -46,33 +64,39 @@ def _coerce_scalar(tp, value, where: str, md: dict):
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise SpecError(f"{where}: expected true/false, got {value!r}")
+        raise SpecError(f"{where}: expected true/false, got {_show(value)}")
     if tp in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str):
                 try:
                     value = float(value) if tp is float else int(value)
                 except ValueError:
-                    raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {value!r}") from None
+                    raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {_show(value)}") from None
             else:
-                raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {value!r}")
+                raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {value!r}")
+            raise SpecError(f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {_show(value)}")
         if tp is int:
             if isinstance(value, float):
                 if not value.is_integer():
-                    raise SpecError(f"{where}: expected an integer in {_range_text(lo, hi, lo_open)}, got {value!r}")
+                    raise SpecError(f"{where}: expected an integer in {_range_text(lo, hi, lo_open)}, got {_show(value)}")
                 value = int(value)
         else:
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                raise SpecError(f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {_show(value)}") from None
         bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and value > hi)
         if bad:
-            raise SpecError(f"{where}: {value!r} out of range, allowed {_range_text(lo, hi, lo_open)}")
+            raise SpecError(f"{where}: {_show(value)} out of range, allowed {_range_text(lo, hi, lo_open)}")
         return value
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise SpecError(f"{where}: expected text, got {value!r}")
+            try:
+                return str(value)
+            except ValueError:
+                raise SpecError(f"{where}: expected text, got {_show(value)}") from None
+        raise SpecError(f"{where}: expected text, got {_show(value)}")
     return value
 
 
@@ -85,7 +109,7 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         allowed = ", ".join(sorted(fields))
-        raise SpecError(f"{_where(file, (path + '.' if path else '') + unknown[0])}: unknown key; allowed keys: {allowed}")
+        raise SpecError(f"{_where(file, (path + '.' if path else '') + _key(unknown[0]))}: unknown key; allowed keys: {allowed}")
     kwargs = {}
     for name, f in fields.items():
         where = _where(file, f"{path}.{name}" if path else name)
@@ -108,14 +132,23 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
             kwargs[name] = build(tp, value, file=file, path=f"{path}.{name}" if path else name)
         elif origin in (dict, typing.Dict) or tp is dict:
             if not isinstance(value, dict):
-                raise SpecError(f"{where}: expected a mapping, got {value!r}")
-            kwargs[name] = {str(k): str(v) for k, v in value.items()}
+                raise SpecError(f"{where}: expected a mapping, got {_show(value)}")
+            for k, v in value.items():
+                if not isinstance(v, (str, int, float, bool, type(None))) or not isinstance(k, (str, int, float, bool)):
+                    raise SpecError(f"{where}.{_key(k)}: expected text, got {_show(v)}")
+            try:
+                kwargs[name] = {str(k): str(v) for k, v in value.items()}
+            except ValueError:
+                raise SpecError(f"{where}: expected text values, got a number too large to print") from None
         elif origin in (tuple, list) or tp in (tuple, list):
             if not isinstance(value, (list, tuple)):
-                raise SpecError(f"{where}: expected a list, got {value!r}")
+                raise SpecError(f"{where}: expected a list, got {_show(value)}")
             inner = args[0] if args else float
             kwargs[name] = tuple(_coerce_scalar(inner, v, f"{where}[{i}]", f.metadata) for i, v in enumerate(value))
         elif isinstance(tp, type) and issubclass(tp, str) and tp is not str and hasattr(tp, "parse"):
+            if not isinstance(value, str):
+                allowed = ", ".join(m.value for m in tp)
+                raise SpecError(f"{where}: expected one of {{{allowed}}}, got {_show(value)}")
             kwargs[name] = tp.parse(value, where)
         else:
             kwargs[name] = _coerce_scalar(tp, value, where, f.metadata)
