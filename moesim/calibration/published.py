@@ -272,7 +272,8 @@ def extract(reference_csv: Path, out_root: Path) -> dict[str, int]:
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
-    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("../shared/reference/published_figures.csv")
+    from moesim.specs.loader import data_root
+    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("calibration/measurements")
     for p, n in extract(ref, root).items():
         print(f"{p}: {n} rows")

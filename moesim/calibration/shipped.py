@@ -46,8 +46,7 @@ def rebuild(reference: Path, root: Path | None = None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
-    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root().parent / "shared" / "reference" / \
-        "published_figures.csv"
+    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     for gpu, p in rebuild(ref).items():
         for r in F.cv_table(p):
             print(f"{gpu:9s} {r['kernel']:24s} rows {r['rows']:3d} folds {r['folds']:3d} "
