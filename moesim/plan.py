@@ -88,6 +88,17 @@ def _specs(model, hardware, set_):
     return resolve_specs(model, hardware, set_)
 
 
+def _finite(name, v, lo, hi, lo_open=False):
+    """API callers pass numbers directly (bypassing the traffic loader): finite and in range."""
+    try:
+        x = float(v) if not isinstance(v, bool) else float("nan")
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not (np.isfinite(x) and (x > lo if lo_open else x >= lo) and x <= hi):
+        raise ConfigError(f"{name}: {v!r}; allowed a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}")
+    return x
+
+
 def _check(m, h, grid, phase, section):
     from moesim.config import check_grid
     ok, reason = check_grid(m, h, grid, phase)
@@ -104,8 +115,10 @@ def decode_capacity(model, hardware, pool: DecodePool = DecodePool(), *, context
     from moesim.api import evaluate_grid
     from moesim.grid import Grid
 
+    min_tokens_per_s_per_user = _finite("slo.min_tokens_per_s_per_user", min_tokens_per_s_per_user, 0, 1e6)
+    max_batch = _finite("decode.max_batch", pool.max_batch, 1, 100_000)
     m, h = _specs(model, hardware, set)
-    batches = np.arange(1, int(pool.max_batch) + 1, dtype=float)
+    batches = np.arange(1, int(max_batch) + 1, dtype=float)
     grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=batches, context=context,
                         mtp=pool.mtp, acceptance=pool.acceptance, redundant=pool.redundant_experts)
     _check(m, h, grid, "decode", "decode")
@@ -151,6 +164,9 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
     from moesim.api import evaluate_grid
     from moesim.grid import Grid
 
+    if max_ttft_s is not None:
+        max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)
+    _finite("prefill.batch_tokens", pool.batch_tokens, 1, 1e9)
     m, h = _specs(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
     grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand, context=prompt_length, mtp=0,

@@ -243,7 +243,10 @@ def rebalance_experts(weight, num_slots: int, num_groups: int = 1, num_nodes: in
     replicas and GPUs node-local), global policy otherwise (source: deepseek-ai/EPLB
     ``rebalance_experts``). Raises ConfigError on bad shapes/divisibility.
     """
-    w = np.asarray(weight, dtype=np.float64)
+    try:
+        w = np.asarray(weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError("weight: expected a [layers, experts] array of finite loads >= 0") from None
     if w.ndim == 1:
         w = w[None, :]
     _validate(w, num_slots, num_groups, num_nodes, num_gpus)
