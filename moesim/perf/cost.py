@@ -79,18 +79,18 @@ class CostModel:
                     ec, em = eff
                     prov = Provenance.FITTED.value
                     launch = self.profile.launch_s
-            if not self.cuda_graphs:  # eager mode: the host launches every kernel
-                launch = max(launch, hw.kernel_launch_eager_s)
                 if self.mode == CostMode.MEASURED and op.shape:
                     measured = self.profile.measured_time(fam, **op.shape)
+            if not self.cuda_graphs:  # eager mode: the host launches every kernel
+                launch = max(launch, hw.kernel_launch_eager_s)
         compute_s = flops / (peak * np.asarray(ec, float))
         memory_s = nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
         time_s = np.maximum(compute_s, memory_s) + launch
         if measured is not None:
             measured = np.broadcast_to(np.asarray(measured, float), time_s.shape)
             ok = np.isfinite(measured)
-            if ok.any():
-                time_s = np.where(ok, measured, time_s)
+            if ok.any():  # a measured kernel duration, plus the same inter-kernel launch gap
+                time_s = np.where(ok, measured + launch, time_s)
                 prov = Provenance.MEASURED.value if ok.all() else prov + "+measured"
         bound = np.where(compute_s >= memory_s, 0, 1)
         bound = np.where(launch > np.maximum(compute_s, memory_s), 3, bound)
