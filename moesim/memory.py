@@ -26,6 +26,12 @@ class Memory:
     capacity_bytes: float
     kv_bytes_per_request: np.ndarray  # marginal bytes per extra request (decode) / token (prefill)
     fixed_bytes: np.ndarray
+    # exact total(b) = base_bytes + b * per_unit_bytes + block_bytes * max(ceil(b * block_tokens_per_unit / 128), 1)
+    # (the DeepEP low-latency buffers grow in 128-token blocks); None: affine in batch (fixed + b * per request)
+    base_bytes: np.ndarray = None
+    per_unit_bytes: np.ndarray = None
+    block_bytes: np.ndarray = None
+    block_tokens_per_unit: np.ndarray = None
 
     @property
     def weights_bytes(self):
@@ -128,12 +134,39 @@ def memory(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: C
     fixed = weights_fixed + np.where(buf_per_unit > 0, buf_per_unit / np.maximum(
         (grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 1e-30) * 128.0, buf)
     per_req = per_unit + (act_per_token * (grid.q_len if phase != Phase.PREFILL else 1.0)) + buf_per_unit
+    unit_tokens = grid.q_len if phase != Phase.PREFILL else 1.0
+    block = np.where(buf_per_unit > 0, buf_per_unit / np.maximum(unit_tokens / tp, 1e-30) * 128.0, 0.0)
     return Memory(attn, experts, shared, dense, embedding, mtp, kv, act, buf, hw.memory_reserve_bytes,
-                  hw.memory_bytes, per_req, fixed)
+                  hw.memory_bytes, per_req, fixed,
+                  base_bytes=weights_fixed + np.where(buf_per_unit > 0, 0.0, buf),
+                  per_unit_bytes=per_unit + act_per_token * unit_tokens, block_bytes=block + z,
+                  block_tokens_per_unit=unit_tokens / tp + z)
 
 
 def max_batch(mem: Memory):
-    """Largest batch (requests per DP group, or prefill tokens) that fits; 0 if none.
-    Memory is affine in batch (comm buffers change in 128-token steps: conservative)."""
+    """Largest batch (requests per DP group, or prefill tokens) that fits; 0 if none, so that
+    batch <= max_batch <=> fits. The affine bound (comm buffers charged as if they grew smoothly
+    plus one spare 128-token block) fits; the exact answer lies within one buffer block above it
+    and is found by bisection on the exact step-function total."""
     room = mem.capacity_bytes - mem.fixed_bytes
-    return np.maximum(np.floor(room / mem.kv_bytes_per_request), 0.0)
+    lo = np.maximum(np.floor(room / mem.kv_bytes_per_request), 0.0)
+    if mem.base_bytes is None:
+        return lo
+
+    def total(b):
+        blocks = np.maximum(np.ceil(b * mem.block_tokens_per_unit / 128.0), 1.0)
+        return mem.base_bytes + b * mem.per_unit_bytes + mem.block_bytes * blocks
+
+    # smallest batch that cannot fit even if the buffers grew smoothly (no spare block)
+    smooth = mem.per_unit_bytes + mem.block_bytes * mem.block_tokens_per_unit / 128.0
+    hi = np.maximum(np.floor((mem.capacity_bytes - mem.base_bytes) / smooth) + 1.0, lo + 1.0)
+    lo = np.where(total(lo) <= mem.capacity_bytes, lo, 0.0)  # lo = 0: "nothing fits yet"
+    for _ in range(64):
+        todo = hi - lo > 1
+        if not todo.any():
+            break
+        mid = np.floor((lo + hi) / 2.0)
+        ok = total(mid) <= mem.capacity_bytes
+        lo = np.where(todo & ok, mid, lo)
+        hi = np.where(todo & ~ok, mid, hi)
+    return lo
