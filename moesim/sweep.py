@@ -31,9 +31,9 @@ INT_COLUMNS = ("tp", "dp", "ep", "moe_tp", "gpus", "mtp", "redundant")
 DEFAULT_AXES = {
     "tp": [1, 2, 4, 8],
     "ep": [8, 16, 32, 64, 128, 144, 256],
-    "batch": [1, 2, 4, 8, 16, 32, 64, 128, 256],
-    "context": [4096],
-    "mtp": [1],
+    "batch": [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+    "context": [2048, 4096, 8192],
+    "mtp": [0, 1],
     "acceptance": [0.8],
     "redundant": [0, 32],
 }
