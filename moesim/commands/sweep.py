@@ -331,6 +331,12 @@ def register(app: typer.Typer) -> None:
         pax = {**DEFAULT_PREFILL_AXES, **_axes(tp=prefill_tp, ep=prefill_ep, batch=prefill_batch)}
         dax = {**DEFAULT_DECODE_AXES, **_axes(tp=tp, ep=ep, batch=batch, context=context, mtp=mtp,
                                               acceptance=acceptance, redundant=redundant)}
+        from moesim.api import resolve_specs
+        spec, _ = resolve_specs(model or "deepseek-v3", decode_hardware or hardware, set_)
+        if not spec.mtp_layers:  # the default decode space drafts with MTP; a model without it cannot
+            if mtp is not None and any(v > 0 for v in dax["mtp"]):
+                raise ConfigError(f"mtp: {spec.name} has no MTP module (mtp_layers = 0); allowed 0")
+            dax["mtp"] = [0.0]
         with _Progress() as prog:
             r = disagg(model or "deepseek-v3", hardware, isl=isl, osl=osl, max_ttft_s=max_ttft, max_tpot_s=max_tpot,
                        prefill_hardware=prefill_hardware, decode_hardware=decode_hardware, prefill_axes=pax,

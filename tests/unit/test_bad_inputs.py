@@ -305,6 +305,11 @@ CASES = [
     cli("sweep-hardware", "sweep --ep 8 --hardware h800,bogus", "hardware", "available"),
     cli("pareto-column", "pareto --ep 8 --x bogus", "no column 'bogus'", "available"),
     cli("pareto-per", "pareto --ep 8 --per bogus", "--per", "gpu, node"),
+    cli("disagg-mtp-no-module", "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --model qwen3-30b-a3b "
+        "--mtp 1", "mtp", "allowed 0"),
+    cli("disagg-isl-nan", "disagg --isl nan --osl 100 --max-ttft 2 --max-tpot 0.05", "isl", "positive"),
+    cli("disagg-instances", "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --max-instances 0",
+        "max_instances", ">= 1"),
     # --- plan / traffic
     cli("plan-no-traffic", "plan", "input_tokens", "required"),
     cli("plan-traffic-binary", "plan --traffic {binary}", "traffic", "cannot read"),
@@ -509,6 +514,16 @@ def test_no_nan_or_inf_in_outputs_of_extreme_but_valid_inputs():
         assert not _NONFINITE.search(out), argv
         d = json.loads(out)
         assert np.isfinite(d["step_time_s"]) and d["step_time_s"] > 0
+
+
+def test_disagg_default_space_on_a_model_without_mtp():
+    """The default decode space drafts one MTP token; for a model without MTP the CLI drops it
+    (every decode row used to be invalid, reported as 'no decode configuration meets TPOT')."""
+    code, out, err, exc, caught = _run_cli_inprocess(["disagg", "--isl", "1000", "--osl", "100", "--max-ttft", "2",
+                                                      "--max-tpot", "0.05", "--model", "qwen3-30b-a3b", "--json"])
+    assert exc is None and code == 0, (exc, err)
+    d = json.loads(out)
+    assert d["decode"] is not None and d["decode"]["mtp"] == 0
 
 
 def test_zz_summary(files, capsys):
