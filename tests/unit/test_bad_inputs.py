@@ -158,6 +158,7 @@ def _make_files(d: Path) -> dict:
     csv_with("cal_neg.csv", "time_s", "-1e-6")
     csv_with("cal_inf.csv", "m", "inf")
     put("cal_header.csv", meas[0])
+    put("cal_columns.csv", "a,b\n1,2\n")
     text = (ROOT / "calibration" / "profiles" / "h800.yaml").read_text()
     put("p_trunc.yaml", text[: len(text) // 3] + "\n  params: {eta_c: [\n")
     return f
@@ -349,6 +350,11 @@ CASES = [
     cli("validate-same-as", "validate {c_same}", "same_as", "allowed"),
     cli("validate-config", "validate {c_cfg}", "config", "mapping"),
     cli("calibrate-show-name", "calibrate show bogus", "profile", "available"),
+    cli("calibrate-fit-columns", "calibrate fit {cal_columns} --gpu h800 --out {adir}/c1.yaml", "missing columns",
+        "time_s"),
+    cli("calibrate-fit-binary", "calibrate fit {binary} --gpu h800 --out {adir}/c2.yaml", "cannot read"),
+    cli("calibrate-fit-missing", "calibrate fit /nonexistent/gemm.csv --gpu h800 --out {adir}/c3.yaml",
+        "does not exist"),
     cli("calibrate-show-corrupt", "calibrate show {p_trunc}", "profile", "corrupted YAML"),
     # --- Python API
     api("api-batch-text", _est(batch="abc"), "batch", "not a number"),
