@@ -154,9 +154,6 @@ def _cached_profile(load_profile, hw, path, force):
     if key not in _PROFILE_CACHE:
         if len(_PROFILE_CACHE) > 32:
             _PROFILE_CACHE.clear()
-        if mtime is not None and os.path.isfile(p):
-            from moesim.perf.profile import read_profile_file
-            check_profile_numbers(read_profile_file(p), p)
         try:
             _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
         except OSError as e:
@@ -165,40 +162,6 @@ def _cached_profile(load_profile, hw, path, force):
             raise CalibrationError(f"profile {p}: malformed ({e.__class__.__name__}: {e}); regenerate it with "
                                    f"`moesim calibrate fit`") from None
     return _PROFILE_CACHE[key]
-
-
-def check_profile_numbers(data: dict, path) -> None:
-    """Numbers the profile reader takes on trust (launch, comm and collective parameters) must be
-    finite and in range, or every step time turns NaN/inf. One CalibrationError line naming the key."""
-    def num(where, v, lo, hi=None, lo_open=False):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) \
-            and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
-        if not ok:
-            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None else f"{'>' if lo_open else '>='} {lo:g}"
-            raise CalibrationError(f"profile {path}: {where} = {v!r}; allowed a finite number {rng}; regenerate it "
-                                   f"with `moesim calibrate fit`")
-
-    launch = data.get("launch")
-    if launch is not None and not isinstance(launch, dict):
-        raise CalibrationError(f"profile {path}: launch must be a mapping (us, status); regenerate it with "
-                               f"`moesim calibrate fit`")
-    if launch and "us" in launch:
-        num("launch.us", launch["us"], 0.0, 1e6)
-    limits = {"alpha_us": (0.0, 1e6, False), "alpha_intra_us": (0.0, 1e6, False), "rdma_GBps": (0.0, 1e6, True),
-              "nvlink_GBps": (0.0, 1e6, True), "rdma_frac_nominal": (0.0, 1.0, True),
-              "nvlink_frac_nominal": (0.0, 1.0, True), "bw_efficiency": (0.0, 1.0, True)}
-    entries = [(f"comm.{mode}.{op}", e) for mode, ops in (data.get("comm") or {}).items() if isinstance(ops, dict)
-               for op, e in ops.items()]
-    entries += [(f"collectives.{op}", e) for op, e in (data.get("collectives") or {}).items()]
-    for where, e in entries:
-        prm = e.get("params") if isinstance(e, dict) else None
-        for name, (lo, hi, lo_open) in limits.items():
-            required = where.startswith("collectives.") and name in ("alpha_us", "bw_efficiency")
-            if isinstance(prm, dict) and (prm.get(name) is not None or required):
-                v = prm.get(name)
-                for i, x in (enumerate(v) if isinstance(v, list) else [(None, v)]):  # per-EP knots are lists
-                    if x is not None or i is None:
-                        num(f"{where}.params.{name}" + ("" if i is None else f"[{i}]"), x, lo, hi, lo_open)
 
 
 @dataclass
@@ -273,7 +236,8 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, d
     mtp = _number("mtp", mtp, "an integer in [0, 16]")
     acceptance = _number("acceptance", acceptance, "[0, 1]")
     redundant_experts = _number("redundant_experts", redundant_experts, "an integer >= 0")
-    mtp = 0 if phase == Phase.PREFILL else mtp
+    if phase == Phase.PREFILL and mtp:
+        raise ConfigError(f"mtp: prefill has no draft tokens; allowed 0 (got {mtp})")
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
                        acceptance=acceptance, redundant=redundant_experts)
     require_valid(m, h, grid, phase)

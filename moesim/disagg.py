@@ -132,6 +132,8 @@ def disagg(model="deepseek-v3", hardware="h800", *, isl, osl, max_ttft_s, max_tp
     # ---- decode pool
     dax = normalize_axes(decode_axes or DEFAULT_DECODE_AXES)
     dax.pop("phase", None)
+    if decode_axes is None and not m.mtp_layers:  # the default space drafts with MTP only where it exists
+        dax["mtp"] = [0]
     dax.setdefault("context", [isl + osl / 2.0])
     dec = sweep(m, hd, "decode", dax, **common)
     notes += [n for n in dec.attrs.get("notes", []) if n not in notes]

@@ -154,9 +154,20 @@ def load_measurements(paths: Sequence[Path]) -> pd.DataFrame:
         for r in read_csv_rows(p):
             r["_file"] = str(p)
             rows.append(r)
+    if not rows:
+        raise CalibrationError(f"{', '.join(map(str, paths)) or 'calibrate fit'}: no measurement rows; a fit needs rows "
+                               f"with kernel, shape columns and time_s (or tflops / GBps)")
     df = pd.DataFrame(rows, columns=COLUMNS + ["_file"])
     for c in NUMERIC:
+        given = df[c].fillna("").astype(str).str.strip() != ""
         df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce").astype(float)
+        # a value that is present must be a finite positive number (empty = not applicable)
+        bad = given & ~(np.isfinite(df[c]) & (df[c] > 0))
+        if c in ("exclude",) or not bad.any():
+            continue
+        i = int(np.flatnonzero(bad.values)[0])
+        raise CalibrationError(f"{df['_file'].iloc[i]}: row {i + 1}: {c} = {rows[i][c]!r}; allowed a finite number "
+                               f"> 0{' (seconds)' if c == 'time_s' else ''} or empty")
     for c in set(COLUMNS) - set(NUMERIC):
         df[c] = df[c].fillna("").astype(str)
     return df

@@ -94,6 +94,45 @@ def _parse_profile_file(path: Path) -> dict:
 
 
 def _validate(data: dict, path) -> None:
+    _validate_structure(data, path)
+    check_profile_numbers(data, path)
+
+
+def check_profile_numbers(data: dict, path) -> None:
+    """Numbers the profile reader takes on trust (launch, comm and collective parameters) must be
+    finite and in range, or every step time turns NaN/inf. One CalibrationError line naming the key."""
+    def num(where, v, lo, hi=None, lo_open=False):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) \
+            and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+        if not ok:
+            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None else f"{'>' if lo_open else '>='} {lo:g}"
+            raise CalibrationError(f"profile {path}: {where} = {v!r}; allowed a finite number {rng}; regenerate it "
+                                   f"with `moesim calibrate fit`")
+
+    launch = data.get("launch")
+    if launch is not None and not isinstance(launch, dict):
+        raise CalibrationError(f"profile {path}: launch must be a mapping (us, status); regenerate it with "
+                               f"`moesim calibrate fit`")
+    if launch and "us" in launch:
+        num("launch.us", launch["us"], 0.0, 1e6)
+    limits = {"alpha_us": (0.0, 1e6, False), "alpha_intra_us": (0.0, 1e6, False), "rdma_GBps": (0.0, 1e6, True),
+              "nvlink_GBps": (0.0, 1e6, True), "rdma_frac_nominal": (0.0, 1.0, True),
+              "nvlink_frac_nominal": (0.0, 1.0, True), "bw_efficiency": (0.0, 1.0, True)}
+    entries = [(f"comm.{mode}.{op}", e) for mode, ops in (data.get("comm") or {}).items() if isinstance(ops, dict)
+               for op, e in ops.items()]
+    entries += [(f"collectives.{op}", e) for op, e in (data.get("collectives") or {}).items()]
+    for where, e in entries:
+        prm = e.get("params") if isinstance(e, dict) else None
+        for name, (lo, hi, lo_open) in limits.items():
+            required = where.startswith("collectives.") and name in ("alpha_us", "bw_efficiency")
+            if isinstance(prm, dict) and (prm.get(name) is not None or required):
+                v = prm.get(name)
+                for i, x in (enumerate(v) if isinstance(v, list) else [(None, v)]):  # per-EP knots are lists
+                    if x is not None or i is None:
+                        num(f"{where}.params.{name}" + ("" if i is None else f"[{i}]"), x, lo, hi, lo_open)
+
+
+def _validate_structure(data: dict, path) -> None:
     def bad(what):
         raise CalibrationError(f"profile {path}: {what}; regenerate it with `moesim calibrate fit`")
 
