@@ -54,10 +54,8 @@ def test_seed004_latency_corner(seed_cases):
 
 
 def _frontier(hardware, ep, c):
-    df = sweep(c["model"], hardware, c["phase"],
-               {"ep": [ep], "tp": [1, 2, 4, 8], "batch": BATCH, "context": [c["context"]], "mtp": [c["mtp"]],
-                "acceptance": [c["acceptance"]]}, cost_mode=c["cost_mode"])
-    return pareto(df, x="tokens_per_s_per_user", y="tokens_per_s_per_node")
+    from moesim.validate_pareto import deployment_frontier  # the same frontier `moesim validate` reads
+    return deployment_frontier(c["model"], hardware, ep, c)
 
 
 def test_seed004_pareto_multinode(seed_cases):
