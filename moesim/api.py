@@ -121,8 +121,7 @@ def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="deco
                   imbalance=sub_imb, cuda_graphs=cuda_graphs)
     vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
     peak = hw.peak_flops(model.precision.weight_dtype)
-    flops = vals["mfu"] * vals["step_time_s"] * peak
-    vals.update(metrics(grid, phase, vals["step_time_s"], flops, peak, hw.gpus_per_node))
+    vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
     ev.grid, ev.values = grid, vals
     return ev, notes + imb_notes + ev.notes
 

@@ -224,6 +224,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     vals = metrics(grid, phase, step, flops, peak, hw.gpus_per_node)
     mem = memory(model, hw, grid, phase, comm)
     vals.update({
+        "flops_per_step": np.broadcast_to(flops, (grid.size,)),
         "moe_layer_time_s": moe_t, "dense_layer_time_s": dense_t,
         "overlap": np.array(names, dtype=object)[best], "bottleneck": np.array(BOTTLENECKS, dtype=object)[bott],
         "weights_bytes": mem.weights_bytes, "kv_cache_bytes": mem.kv_cache_bytes,

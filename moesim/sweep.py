@@ -330,7 +330,10 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, cost_mode=None, e
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     if require_valid and len(df) and not df["valid"].any():
         raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {df['reason'].iloc[0]}")
+    evaluated = {"configurations": int(len(df)), "valid": int(df["valid"].sum()) if len(df) else 0,
+                 "fit": int((df["valid"] & df["fits"]).sum()) if len(df) else 0}
     df = _apply_filters(df, flt, keep_invalid)
+    df.attrs["evaluated"] = evaluated
     df.attrs["notes"] = notes
     df.attrs["units"] = {"batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
                          "context": "tokens", "time": "s", "memory": "bytes", "throughput": "tokens/s"}

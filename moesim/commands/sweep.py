@@ -212,8 +212,12 @@ def _summary(df):
     valid = int(np.sum(df["valid"])) if n else 0
     fits = int(np.sum(df["valid"] & df["fits"])) if n else 0
     el = df.attrs.get("elapsed_s", float("nan"))
-    lines = [f"{n:,} configurations ({valid:,} valid, {fits:,} fit) in {el:.2f} s; batch: "
-             f"{df.attrs.get('units', {}).get('batch', '')}"]
+    ev = df.attrs.get("evaluated")
+    shown = f"{n:,} configurations ({valid:,} valid, {fits:,} fit)"
+    if ev and ev["configurations"] != n:
+        shown = (f"{ev['configurations']:,} configurations evaluated ({ev['valid']:,} valid, {ev['fit']:,} fit), "
+                 f"{n:,} pass the filters")
+    lines = [f"{shown} in {el:.2f} s; batch: {df.attrs.get('units', {}).get('batch', '')}"]
     lines += [f"note: {x}" for x in df.attrs.get("notes", [])]
     return "\n".join(lines)
 
