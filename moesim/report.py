@@ -15,12 +15,18 @@ def print_estimate(r) -> None:
              f"{cfg['batch']:g} {'requests' if cfg['phase'] != 'prefill' else 'tokens'}/DP group · context "
              f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · {cfg['comm']}")
     t = Table(title=title, title_justify="left")
-    for col, j in (("op", "left"), ("stage", "right"), ("per call", "right"), ("calls/step", "right"),
-                   ("per step", "right"), ("share", "right"), ("bound", "left"), ("provenance", "left")):
-        t.add_column(col, justify=j)
+    wide = c.width >= 100  # narrow terminals: drop stage and provenance (in --json), never wrap cells
+    cols = [("op", "left"), ("stage", "right"), ("per call", "right"), ("calls/step", "right"),
+            ("per step", "right"), ("share", "right"), ("bound", "left"), ("provenance", "left")]
+    if not wide:
+        cols = [x for x in cols if x[0] not in ("stage", "provenance")]
+    for col, j in cols:
+        t.add_column(col, justify=j, no_wrap=True)
     for o in sorted(r.ops, key=lambda o: -o["time_s"]):
-        t.add_row(o["name"], str(o["stage"]), U.fmt_time(o["time_per_call_s"]), f"{o['count']:g}",
-                  U.fmt_time(o["time_s"]), f"{o['share'] * 100:.1f}%", o["bound"], o["provenance"])
+        row = {"op": o["name"], "stage": str(o["stage"]), "per call": U.fmt_time(o["time_per_call_s"]),
+               "calls/step": f"{o['count']:g}", "per step": U.fmt_time(o["time_s"]),
+               "share": f"{o['share'] * 100:.1f}%", "bound": o["bound"], "provenance": o["provenance"]}
+        t.add_row(*[row[col] for col, _ in cols])
     c.print(t)
     f = lambda k: float(v[k][0])  # noqa: E731
     lines = [f"step time        {U.fmt_time(f('step_time_s'))}   (MoE layer {U.fmt_time(f('moe_layer_time_s'))}, "
