@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from moesim.commands import options as O
 from moesim.errors import MoesimError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -47,28 +48,28 @@ def _json_default(o):
 def estimate(
     model: str = MODEL_OPT,
     hardware: str = HW_OPT,
-    phase: str = typer.Option("decode", help="decode | prefill | mixed (needs --isl, --osl)"),
-    tp: int = typer.Option(1, help="attention tensor parallel degree"),
-    dp: Optional[int] = typer.Option(None, help="attention data-parallel groups (default: ep x moe_tp / tp)"),
-    ep: Optional[int] = typer.Option(None, help="expert-parallel ranks (default: tp x dp / moe_tp)"),
-    moe_tp: int = typer.Option(1, "--moe-tp", help="tensor parallel inside experts"),
-    batch: Optional[float] = typer.Option(None, help="decode: requests per DP group; prefill: tokens per DP group"),
-    context: Optional[float] = typer.Option(None, help="decode: mean KV length; prefill: prompt length (tokens)"),
-    mtp: int = typer.Option(0, help="draft tokens per step (MTP)"),
-    acceptance: float = typer.Option(0.8, help="acceptance probability per draft token"),
-    redundant_experts: int = typer.Option(0, "--redundant-experts", help="EPLB redundant expert slots"),
-    overlap: Optional[str] = typer.Option(None, help="serial | ideal | shared | sbo | two-batch | five-stage | auto"),
-    cost_mode: str = typer.Option("calibrated", "--cost-mode", help="roofline | calibrated | measured"),
-    comm: Optional[str] = typer.Option(None, help="deepep-ll | deepep-normal | nccl | pplx"),
-    expert_skew: str = typer.Option("auto", "--expert-skew", help="auto | none | uniform | zipf:<s> | load.csv"),
-    context_dist: str = typer.Option("fixed", "--context-dist", help="fixed | exp | lognormal:<cv>"),
+    phase: str = O.PHASE,
+    tp: int = O.TP,
+    dp: Optional[int] = O.DP,
+    ep: Optional[int] = O.EP,
+    moe_tp: int = O.MOE_TP,
+    batch: Optional[float] = O.BATCH,
+    context: Optional[float] = O.CONTEXT,
+    mtp: int = O.MTP,
+    acceptance: float = O.ACCEPTANCE,
+    redundant_experts: int = O.REDUNDANT,
+    overlap: Optional[str] = O.OVERLAP,
+    cost_mode: str = O.COST_MODE,
+    comm: Optional[str] = O.COMM,
+    expert_skew: str = O.EXPERT_SKEW,
+    context_dist: str = O.CONTEXT_DIST,
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="kernel launch overhead with CUDA graph replay (default) or eager launches"),
     set_: Optional[List[str]] = SET_OPT,
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     out: Optional[Path] = typer.Option(None, "--out", help="write JSON to a file"),
-    isl: Optional[float] = typer.Option(None, "--isl", help="phase mixed: input (prompt) tokens per request"),
-    osl: Optional[float] = typer.Option(None, "--osl", help="phase mixed: output tokens per request"),
+    isl: Optional[float] = O.ISL,
+    osl: Optional[float] = O.OSL,
 ):
     """One step of one configuration: per-op time, share and bound, memory and throughput."""
     from moesim.api import estimate as run

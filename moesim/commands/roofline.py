@@ -179,28 +179,30 @@ def roofline(model="deepseek-v3", hardware="h800", *, out=None, measurements=Non
 
 # ------------------------------------------------------------------------------ CLI
 def register(app: typer.Typer) -> None:
+    from moesim.commands import options as O
+
     @app.command("roofline")
     def roofline_cmd(
         model: str = typer.Option("deepseek-v3", "--model", "-m", help="catalog name, YAML spec or HF config.json"),
         hardware: str = typer.Option("h800", "--hardware", "-g", help="catalog name or YAML spec"),
-        phase: str = typer.Option("decode", help="decode | prefill | mixed (needs --isl, --osl)"),
-        tp: int = typer.Option(1, help="attention tensor parallel degree"),
-        dp: Optional[int] = typer.Option(None, help="attention data-parallel groups (default: ep x moe_tp / tp)"),
-        ep: Optional[int] = typer.Option(None, help="expert-parallel ranks (default: tp x dp / moe_tp)"),
-        moe_tp: int = typer.Option(1, "--moe-tp", help="tensor parallel inside experts"),
-        batch: Optional[float] = typer.Option(None, help="decode: requests per DP group; prefill: tokens per DP group"),
-        context: Optional[float] = typer.Option(None, help="decode: mean KV length; prefill: prompt length (tokens)"),
-        mtp: int = typer.Option(0, help="draft tokens per step (MTP)"),
-        acceptance: float = typer.Option(0.8, help="acceptance probability per draft token"),
-        redundant_experts: int = typer.Option(0, "--redundant-experts", help="EPLB redundant expert slots"),
-        overlap: Optional[str] = typer.Option(None, help="serial | ideal | shared | sbo | two-batch | five-stage | auto"),
-        cost_mode: str = typer.Option("calibrated", "--cost-mode", help="roofline | calibrated | measured"),
-        comm: Optional[str] = typer.Option(None, help="deepep-ll | deepep-normal | nccl | pplx"),
-        expert_skew: str = typer.Option("auto", "--expert-skew", help="auto | none | uniform | zipf:<s> | load.csv"),
-        context_dist: str = typer.Option("fixed", "--context-dist", help="fixed | exp | lognormal:<cv>"),
+        phase: str = O.PHASE,
+        tp: int = O.TP,
+        dp: Optional[int] = O.DP,
+        ep: Optional[int] = O.EP,
+        moe_tp: int = O.MOE_TP,
+        batch: Optional[float] = O.BATCH,
+        context: Optional[float] = O.CONTEXT,
+        mtp: int = O.MTP,
+        acceptance: float = O.ACCEPTANCE,
+        redundant_experts: int = O.REDUNDANT,
+        overlap: Optional[str] = O.OVERLAP,
+        cost_mode: str = O.COST_MODE,
+        comm: Optional[str] = O.COMM,
+        expert_skew: str = O.EXPERT_SKEW,
+        context_dist: str = O.CONTEXT_DIST,
         set_: Optional[List[str]] = typer.Option(None, "--set", help="what-if override, e.g. hardware.hbm_bw_GBps=4800"),
-        isl: Optional[float] = typer.Option(None, "--isl", help="phase mixed: input (prompt) tokens per request"),
-        osl: Optional[float] = typer.Option(None, "--osl", help="phase mixed: output tokens per request"),
+        isl: Optional[float] = O.ISL,
+        osl: Optional[float] = O.OSL,
         measurements: Optional[List[Path]] = typer.Option(
             None, "--measurements", help="measurement CSV(s) or folder(s) to overlay (default: "
                                          "calibration/measurements/<gpu>/)"),
