@@ -224,17 +224,18 @@ def run_case(case, by_id) -> list[Check]:
             checks.append(_compare(cid, cls or "kernel", key, pred, v, tol))
         return checks
     cfg = _config(case, by_id)
-    if "expect_us" in case:  # layer breakdown: ep<N>_overlap_<scheme> | ep<N>_grouped_gemm
+    if "expect_us" in case:  # layer breakdown: ep<N>_overlap_<scheme> | ep<N>_grouped_gemm[_<scheme>]
         for key, v in case["expect_us"].items():
-            m = re.fullmatch(r"ep(\d+)_(overlap_(\w+)|grouped_gemm)", key)
-            if not m:
-                raise SpecError(f"{case['_file']}: {cid}: expect_us key {key!r}; allowed ep<N>_overlap_<scheme> "
-                                f"or ep<N>_grouped_gemm")
-            ep = int(m.group(1))
-            scheme = (m.group(3) or "five_stage").replace("_", "-")
+            m = re.fullmatch(r"ep(\d+)_(?:overlap_(\w+)|grouped_gemm(?:_(\w+))?)", key)
+            scheme = (m and (m.group(2) or m.group(3)) or "five_stage").replace("_", "-")
             scheme = "serial" if scheme == "none" else scheme
+            if not m or scheme not in ("serial", "shared", "sbo", "two-batch", "five-stage"):
+                raise SpecError(f"{case['_file']}: {cid}: expect_us key {key!r}; allowed ep<N>_overlap_<scheme> "
+                                f"or ep<N>_grouped_gemm[_<scheme>] (grouped GEMM of both micro-batches; "
+                                f"default five_stage), scheme one of none, shared, sbo, two_batch, five_stage")
+            ep = int(m.group(1))
             r = _estimate(cfg, ep=ep, dp=ep * int(cfg.get("moe_tp", 1)) // int(cfg.get("tp", 1)), overlap=scheme)
-            if m.group(3):
+            if m.group(2):
                 pred = float(r.values["moe_layer_time_s"][0]) * 1e6
             else:
                 n = r.model.n_moe_layers

@@ -7,10 +7,8 @@ from moesim.validate import run_case
 pytestmark = pytest.mark.validation
 
 MISSES = {
-    "ep8_overlap_five_stage": "predicted 2224 us vs 1802 (+23%): EP8 reads all 32 experts per micro-batch",
-    "ep8_grouped_gemm": "predicted 1265 us for both micro-batches vs 555; 2 x 1.41 GB of expert weights cannot "
-                        "stream in 555 us at 3.35 TB/s, so the published bar is likely per micro-batch",
-    "ep128_grouped_gemm": "predicted 190 us vs 270 (-30%): DeepGEMM-table efficiency at m=512 per expert",
+    "ep128_grouped_gemm": "predicted 190 us vs 270 (-30%): DeepGEMM's own H800 table times two groups of m=512 "
+                          "at 58 + 33 us per micro-batch (182 us for both); the published bar is 1.5x that kernel",
 }
 
 
@@ -19,7 +17,7 @@ def _checks(seed_cases, cid):
 
 
 @pytest.mark.parametrize("metric", ["ep128_overlap_none", "ep128_overlap_shared", "ep128_overlap_five_stage",
-                                    "ep8_overlap_five_stage", "ep8_grouped_gemm", "ep128_grouped_gemm"])
+                                    "ep8_overlap_shared", "ep8_grouped_gemm_shared", "ep128_grouped_gemm"])
 def test_layer_breakdown(seed_cases, metric, request):
     if metric in MISSES:
         request.applymarker(pytest.mark.xfail(strict=False, reason=MISSES[metric]))
@@ -35,3 +33,14 @@ def test_microbatch_crossover(seed_cases):
 def test_decode_real_five_stage(seed_cases):
     c = _checks(seed_cases, "seed002-decode-real")["step_time_s"]
     assert c.passed, c.predicted
+
+
+def test_ep8_five_stage_reads_experts_twice(seed_cases):
+    """Why the EP8 series cannot be five-stage: two micro-batches stream EP8's 32 experts twice, which
+    takes longer than the whole published EP8 GroupGEMM bar even at the HBM peak."""
+    from moesim.validate import _config, _estimate
+    cfg = _config(seed_cases["seed004-layer-breakdown"], seed_cases)
+    r = _estimate(cfg, ep=8, dp=8, overlap="five-stage")
+    gg_us = sum(o["time_s"] for o in r.ops if o["name"] in ("experts_gate_up", "experts_down")) / r.model.n_moe_layers * 1e6
+    expert_bytes = 32 * 3 * 7168 * 2048  # FP8, gate+up+down of 32 experts
+    assert gg_us > 2 * expert_bytes / r.hardware.hbm_bw_Bps * 1e6 > 555
