@@ -9,8 +9,10 @@ Method (everything from the model's own predictions; no published throughput is 
   ``min_tokens_per_s_per_user`` -> output tokens/s per node.
 * prefill capacity: one ``evaluate_grid`` call over candidate batches (prompt tokens per DP
   group, ``prefill.batch_tokens`` halved down) at the prefill deployment (EP32 DP32, prompt
-  length); the largest that fits memory and meets ``max_ttft_s`` (TTFT = step time x steps per
-  prompt) -> computed (cache-miss) tokens/s per node.
+  length); the computed tail of each prompt attends to its cached head (cache-hit share); with
+  ``max_ttft_s`` the pool runs at the utilisation where the M/D/1 mean TTFT (queueing wait + step
+  time x steps per prompt) meets the target, best batch chosen -> computed (cache-miss) tokens/s
+  per node.
 * per hour: decode nodes = output tokens/s / decode tokens/s per node; prefill nodes =
   cache-miss input tokens/s / prefill tokens/s per node (cache hits skip prefill compute);
   each pool is rounded up to whole deployment units (nodes per unit = GPUs per unit / GPUs per
@@ -74,12 +76,14 @@ class PrefillCapacity:
     batch_tokens: int               # prompt tokens per DP group per step
     tokens_per_s_per_node: float    # computed (cache-miss) prompt tokens/s per node
     tokens_per_s_per_gpu: float
-    ttft_s: float                   # step time x steps per prompt (no queueing)
+    ttft_s: float                   # mean TTFT: M/D/1 queueing wait + step time x steps per prompt
     step_time_s: float
     limited_by: str                 # "batch_tokens" (cap reached) | "ttft" | "memory"
     overlap: str
     gpus: int
     nodes_per_unit: float
+    utilisation: float = 1.0        # planned load / full-load capacity (1 without a TTFT target)
+    full_load_tokens_per_s_per_node: float = float("nan")
     sweep: dict = field(repr=False, default_factory=dict)
 
 
@@ -157,20 +161,36 @@ def decode_capacity(model, hardware, pool: DecodePool = DecodePool(), *, context
 
 
 def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prompt_length: float = 4989.0,
-                     max_ttft_s: Optional[float] = None, cost_mode="calibrated", set=None, expert_skew="auto",
-                     context_dist="fixed", profile=None, notes: Optional[list] = None) -> PrefillCapacity:
-    """Computed prompt tokens/s per node at the prefill deployment: the largest candidate batch
-    (pool.batch_tokens halved down, ONE evaluate_grid call) that fits memory and meets the TTFT SLO."""
+                     max_ttft_s: Optional[float] = None, cached_share: float = 0.0, cost_mode="calibrated", set=None,
+                     expert_skew="auto", context_dist="fixed", profile=None,
+                     notes: Optional[list] = None) -> PrefillCapacity:
+    """Computed prompt tokens/s per node at the prefill deployment, over candidate batches
+    (pool.batch_tokens halved down, ONE evaluate_grid call) that fit memory.
+
+    cached_share: the share of each prompt already in the KV cache (its head). Those tokens skip
+    compute, but the computed tail attends to them: per computed token the keys average
+    cached + computed/2 = P (1 + c) / 2, i.e. the causal prefill of a prompt P (1 + c) long
+    (the attention core is the only prefill op that reads the context, as context / 2).
+
+    With max_ttft_s, prompts are taken as Poisson arrivals at each DP group, each served in k steps
+    of one batch (deterministic service D = k S, S the step time): M/D/1 mean wait (Pollaczek-
+    Khinchine) W = rho D / (2 (1 - rho)), mean TTFT = W + D <= max_ttft_s gives the highest
+    utilisation rho = 2 (T - D) / (2 (T - D) + D). The planned rate is rho x the full-load rate,
+    maximised over the candidate batches. Without a TTFT target the pool is planned at full load.
+    """
     from moesim.api import evaluate_grid
     from moesim.grid import Grid
 
     if max_ttft_s is not None:
         max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)
     _finite("prefill.batch_tokens", pool.batch_tokens, 1, 1e9)
+    c = _finite("cached_share", cached_share, 0, 1)
+    if c >= 1.0:
+        raise ConfigError(f"cached_share: {cached_share!r}; allowed >= 0 and < 1 (some prompt tokens must be computed)")
     m, h = _specs(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
-    grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand, context=prompt_length, mtp=0,
-                        acceptance=0.0, redundant=pool.redundant_experts)
+    grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand, context=prompt_length * (1.0 + c),
+                        mtp=0, acceptance=0.0, redundant=pool.redundant_experts)
     _check(m, h, grid, "prefill", "prefill")
     ev, ns = evaluate_grid(m, h, grid, phase="prefill", overlap=pool.overlap, cost_mode=cost_mode, comm=pool.comm,
                            expert_skew=expert_skew, context_dist=context_dist, profile_path=profile)
@@ -178,31 +198,41 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
         notes.extend(ns)
     v = ev.values
     step = np.asarray(v["step_time_s"], float)
-    ttft = step * np.ceil(prompt_length / cand)  # a prompt longer than the batch takes several steps
+    steps = np.ceil(prompt_length * (1.0 - c) / cand)  # computed tokens of one prompt may take several steps
+    service = step * steps
     fits = np.asarray(v["fits"], bool)
-    meets = np.ones_like(fits) if max_ttft_s is None else ttft <= max_ttft_s
-    ok = fits & meets
+    full = np.asarray(v["tokens_per_s_per_node"], float)
+    if max_ttft_s is None:
+        rho = np.ones_like(step)
+    else:
+        slack = np.maximum(max_ttft_s - service, 0.0)
+        rho = 2.0 * slack / (2.0 * slack + service)  # M/D/1 mean wait = slack
+    planned = full * rho
+    ok = fits & (rho > 0)
     where = f"prefill EP{pool.ep} DP{pool.dp} TP{pool.tp} on {h.name} (prompt {prompt_length:g} tokens)"
     if not fits.any():
         raise ConfigError(f"prefill: no batch fits in GPU memory at {where}; allowed: a larger deployment or "
                           f"shorter prompts")
     if not ok.any():
-        best = float(np.min(np.where(fits, ttft, np.inf)))
+        best = float(np.min(np.where(fits, service, np.inf)))
         raise ConfigError(f"slo.max_ttft_s: {max_ttft_s:g} s is not reachable at {where}; the model predicts at "
-                          f"least {best:.3g} s; allowed >= {best:.3g}")
-    i = int(np.nonzero(ok)[0].max())
-    if i == cand.size - 1:
-        why = "batch_tokens"
-    elif not fits[i + 1]:
-        why = "memory"
-    else:
+                          f"least {best:.3g} s of compute per prompt; allowed > {best:.3g}")
+    i = int(np.argmax(np.where(ok, planned, -np.inf)))
+    if max_ttft_s is not None and (rho[i] < 1.0 - 1e-9 or i < cand.size - 1 and fits[i + 1]):
         why = "ttft"
-    sweep = {"batch_tokens": cand, "ttft_s": ttft, "tokens_per_s_per_node": v["tokens_per_s_per_node"], "fits": fits}
+    elif i == cand.size - 1:
+        why = "batch_tokens"
+    else:
+        why = "memory"
+    wait = rho * service / (2.0 * np.maximum(1.0 - rho, 1e-12))
+    ttft = np.where(rho < 1.0, service + wait, service)
+    sweep = {"batch_tokens": cand, "ttft_s": ttft, "tokens_per_s_per_node": planned,
+             "full_load_tokens_per_s_per_node": full, "utilisation": rho, "fits": fits}
     return PrefillCapacity(
-        batch_tokens=int(cand[i]), tokens_per_s_per_node=float(v["tokens_per_s_per_node"][i]),
-        tokens_per_s_per_gpu=float(v["tokens_per_s_per_gpu"][i]), ttft_s=float(ttft[i]), step_time_s=float(step[i]),
+        batch_tokens=int(cand[i]), tokens_per_s_per_node=float(planned[i]),
+        tokens_per_s_per_gpu=float(planned[i] / h.gpus_per_node), ttft_s=float(ttft[i]), step_time_s=float(step[i]),
         limited_by=why, overlap=str(v["overlap"][i]), gpus=int(pool.gpus), nodes_per_unit=pool.gpus / h.gpus_per_node,
-        sweep=sweep)
+        utilisation=float(rho[i]), full_load_tokens_per_s_per_node=float(full[i]), sweep=sweep)
 
 
 # --------------------------------------------------------------------------- economics
@@ -309,7 +339,11 @@ class PlanResult:
                         "limited_by": p.limited_by, "tokens_per_s_per_node": p.tokens_per_s_per_node,
                         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
                         "input_tokens_per_s_per_node_incl_hits": _py(self.totals["prefill_input_tokens_per_s_per_node"]),
-                        "ttft_s": p.ttft_s, "step_time_s": p.step_time_s, "overlap": p.overlap,
+                        "ttft_s": p.ttft_s, "ttft_kind": "mean (M/D/1 queueing + compute)" if t.max_ttft_s
+                        else "compute only (no queueing: no TTFT target, planned at full load)",
+                        "utilisation": p.utilisation,
+                        "full_load_tokens_per_s_per_node": p.full_load_tokens_per_s_per_node,
+                        "step_time_s": p.step_time_s, "overlap": p.overlap,
                         "ep": t.prefill.ep, "dp": t.prefill.dp, "tp": t.prefill.tp,
                         "redundant_experts": t.prefill.redundant_experts, "gpus_per_unit": p.gpus,
                         "nodes_per_unit": p.nodes_per_unit, "prompt_length": t.prompt_length},
@@ -361,8 +395,9 @@ def plan(traffic, model="deepseek-v3", hardware="h800", cost_mode="calibrated", 
     dec = decode_capacity(m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user,
                           cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
                           notes=notes)
+    hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     pre = prefill_capacity(m, h, t.prefill, prompt_length=t.prompt_length, max_ttft_s=t.max_ttft_s,
-                           cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
+                           cached_share=min(hit_share, 1.0 - 1e-9), cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
                            notes=notes)
     gpn = int(h.gpus_per_node)
     price = h.usd_per_gpu_hour if t.usd_per_gpu_hour is None else t.usd_per_gpu_hour
@@ -407,7 +442,6 @@ def plan(traffic, model="deepseek-v3", hardware="h800", cost_mode="calibrated", 
     avg = node_hours / t.hours
     avg_frac = float((dec_frac + pre_frac).mean())
     peak = float(nodes.max())
-    hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     totals = {
         "average_nodes": avg, "average_nodes_fractional": avg_frac, "peak_nodes": _intish(peak),
         "average_prefill_nodes": float(pre_nodes.mean()), "average_decode_nodes": float(dec_nodes.mean()),

@@ -81,12 +81,16 @@ def print_plan(r) -> None:
         f"[bold]prefill[/bold]      EP{t.prefill.ep} DP{t.prefill.dp} TP{t.prefill.tp}, {p.gpus} GPUs = "
         f"{p.nodes_per_unit:g} nodes per unit, overlap {p.overlap}",
         f"  batch      {p.batch_tokens:,} prompt tokens per DP group per step — limited by "
-        f"{ {'batch_tokens': 'prefill.batch_tokens (the cap)', 'ttft': 'the TTFT SLO', 'memory': 'memory'}[p.limited_by]}; "
-        f"TTFT {p.ttft_s:.2f} s",
+        f"{ {'batch_tokens': 'prefill.batch_tokens (the cap)', 'ttft': 'the TTFT SLO', 'memory': 'memory'}[p.limited_by]}",
+        "  TTFT       "
+        + (f"mean {p.ttft_s:.2f} s at {p.utilisation * 100:.0f}% load (M/D/1 queueing + compute; "
+           f"full load {p.full_load_tokens_per_s_per_node:,.0f} computed tokens/s per node)" if t.max_ttft_s
+           else f"{p.ttft_s:.2f} s of compute, planned at full load (no TTFT target: no queueing headroom)"),
         f"  predicted  {p.tokens_per_s_per_gpu:,.0f} computed tokens/s per GPU = [bold]{p.tokens_per_s_per_node:,.0f} "
         f"computed tokens/s per node[/bold]"
         + (f" (= {tot['prefill_input_tokens_per_s_per_node']:,.0f} input tokens/s per node counting the "
-           f"{hit_pct:.0f}% cache hits)" if tot["prefill_input_tokens_per_s_per_node"] else ""),
+           f"{hit_pct:.0f}% cache hits, whose KV the computed tails attend to)"
+           if tot["prefill_input_tokens_per_s_per_node"] else ""),
     ]
     c.print("\n".join(lines), highlight=False)
 

@@ -250,3 +250,45 @@ def test_cli_plan_flags_only_and_plot(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "requests per DP group" in p.stdout and "margin" in p.stdout
     assert png.exists() and png.stat().st_size > 1000
+
+
+# ---- prefill: cached heads of prompts and TTFT queueing
+def test_cached_share_costs_attention_not_compute_of_hits():
+    from moesim.plan import prefill_capacity
+    from moesim.traffic import PrefillPool
+    rates = [prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989, cached_share=c)
+             .full_load_tokens_per_s_per_node for c in (0.0, 0.3, 0.6, 0.9)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))  # the computed tail attends to a longer head
+    # derivation: average keys per computed token = P (1 + c) / 2, the causal prefill of P (1 + c)
+    a = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4000, cached_share=0.5)
+    b = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=6000, cached_share=0.0)
+    assert a.full_load_tokens_per_s_per_node == pytest.approx(b.full_load_tokens_per_s_per_node, rel=1e-12)
+    _one_line_error(lambda: prefill_capacity("deepseek-v3", "h800", PrefillPool(), cached_share=1.0),
+                    "cached_share", "< 1")
+
+
+def test_ttft_target_plans_queueing_headroom():
+    from moesim.plan import prefill_capacity
+    from moesim.traffic import PrefillPool
+    free = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989)
+    assert free.utilisation == 1.0 and free.limited_by == "batch_tokens"
+    prev = free.tokens_per_s_per_node
+    for ttft in (20.0, 5.0, 2.0, 1.0):
+        p = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989, max_ttft_s=ttft)
+        assert 0 < p.utilisation < 1 and p.limited_by == "ttft"
+        assert p.ttft_s == pytest.approx(ttft, rel=1e-9)  # M/D/1 mean TTFT sits on the target
+        assert p.tokens_per_s_per_node == pytest.approx(p.utilisation * p.full_load_tokens_per_s_per_node)
+        assert p.tokens_per_s_per_node <= prev * (1 + 1e-12)  # a tighter target never plans more per node
+        prev = p.tokens_per_s_per_node
+        # Pollaczek-Khinchine by hand at the chosen batch: W = rho D / (2 (1 - rho)), D = k S
+        d = p.step_time_s * math.ceil(4989 / p.batch_tokens)
+        assert d + p.utilisation * d / (2 * (1 - p.utilisation)) == pytest.approx(ttft, rel=1e-9)
+
+
+def test_plan_with_ttft_needs_more_prefill_nodes(day_plan):
+    r = plan(traffic_from_dict({**DAY, "slo": {"min_tokens_per_s_per_user": 20, "max_ttft_s": 1.0}}))
+    assert r.totals["average_prefill_nodes"] >= day_plan.totals["average_prefill_nodes"]
+    assert r.totals["average_decode_nodes"] == day_plan.totals["average_decode_nodes"]
+    j = r.to_dict()["prefill"]
+    assert 0 < j["utilisation"] < 1 and j["ttft_kind"].startswith("mean")
+    assert day_plan.to_dict()["prefill"]["utilisation"] == 1.0
