@@ -131,7 +131,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
     imbalance: optional dict of arrays {"experts": max/mean routed load, "attention": max/mean
-    KV work} applied to the slowest rank's expert, all-to-all and attention-core times.
+    KV work} applied to the slowest rank's expert, all-to-all and attention-core times;
+    "experts@2" (if given) is the routed-load factor of one of two micro-batches.
     Ops other than the attention core do not depend on the context length: on large grids they
     are priced once per distinct context-free row and expanded (exact), the core on every row.
     """
@@ -144,13 +145,14 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     if overlap != Overlap.AUTO.value and overlap not in (Overlap.IDEAL.value,) and overlap not in schemes_for(phase):
         raise ConfigError(f"overlap: {overlap!r} does not apply to {phase.value}; allowed: "
                           f"{', '.join(schemes_for(phase) + ['ideal', 'auto'])}")
-    imbalance = imbalance or {}
+    imb_all = imbalance or {}
     rows = _context_free_rows(grid)
     cache = {}
 
     def priced(ub):
         if ub in cache:
             return cache[ub]
+        imbalance = _imbalance_for(imb_all, ub)
         if rows is None:
             wl = W.build(model, hw, grid, phase, comm, micro_batches=ub)
             groups = {name: _apply_imbalance(cm.costs(getattr(wl, name)), imbalance)
@@ -239,6 +241,15 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECO
     ev.comm = comm
     ev.chosen = chosen
     return ev
+
+
+def _imbalance_for(imb, ub):
+    """The factors for a micro-batch count: "experts@<ub>" (the slowest rank of one micro-batch)
+    replaces "experts" when given."""
+    out = {k: v for k, v in imb.items() if "@" not in k}
+    if f"experts@{ub}" in imb:
+        out["experts"] = imb[f"experts@{ub}"]
+    return out
 
 
 def _apply_imbalance(costs, imb):

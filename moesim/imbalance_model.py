@@ -28,15 +28,19 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
     phase = Phase(phase)
     if model.is_moe and expert_skew != "none":
         tokens = grid.batch * (grid.q_len if phase != Phase.PREFILL else 1.0) * grid.dp
-        factors = np.ones(grid.size)
+        # each micro-batch is its own all-to-all synchronisation: with two micro-batches the slowest
+        # rank is drawn from half the tokens (more multinomial noise) -> "experts@2"
+        factors = {1: np.ones(grid.size), 2: np.ones(grid.size)}
         for ep in np.unique(grid.ep):
             for red in np.unique(grid.redundant[grid.ep == ep]):
                 sel = (grid.ep == ep) & (grid.redundant == red)
                 shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
-                factors[sel] = I.expert_rank_imbalance(tokens[sel], model.moe.top_k, shares)
-        out["experts"] = factors
+                for ub in factors:
+                    factors[ub][sel] = I.expert_rank_imbalance(tokens[sel] / ub, model.moe.top_k, shares)
+        out["experts"], out["experts@2"] = factors[1], factors[2]
         if grid.size == 1:
-            notes.append(f"slowest EP rank receives {factors[0]:.2f}x the mean routed load (expert_skew={expert_skew}"
+            notes.append(f"slowest EP rank receives {factors[1][0]:.2f}x the mean routed load ({factors[2][0]:.2f}x "
+                         f"per micro-batch of two) (expert_skew={expert_skew}"
                          f"{', EPLB over the redundant slots' if grid.redundant[0] else ''}): applied to the expert "
                          f"GEMMs, dispatch and combine")
     cv = I.context_dist(context_dist)

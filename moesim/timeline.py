@@ -6,7 +6,7 @@ import numpy as np
 from moesim import workload as W
 from moesim.api import load_profile_for, resolve_parallel, resolve_specs
 from moesim.config import require_valid
-from moesim.engine import _apply_imbalance, default_comm
+from moesim.engine import _imbalance_for, _apply_imbalance, default_comm
 from moesim.grid import Grid
 from moesim.imbalance_model import imbalance_factors
 from moesim.perf.cost import CostModel
@@ -47,7 +47,7 @@ def layer_timeline(model="deepseek-v3", hardware="h800", *, phase="decode", tp=1
     wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
     costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
     if imb:
-        costs = _apply_imbalance(costs, imb)
+        costs = _apply_imbalance(costs, _imbalance_for(imb, scheme.micro_batches))
     trace: list = []
     period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
     events = []

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.perf import efficiency as E
+
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.types import Bound, CostMode, OpKind, Provenance, Stream
@@ -70,11 +72,18 @@ class CostModel:
         launch = 0.0
         prov = Provenance.ROOFLINE.value
         measured = None
+        pad = None
         if self.mode != CostMode.ROOFLINE:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
+            kshape = op.shape
+            if op.kind == OpKind.GROUPED_GEMM and kshape.get("routed"):
+                # routed token counts per expert are random: each group's last M tile is partly empty
+                # but computed whole (the efficiencies were fitted on tile-aligned shapes)
+                pad = E.routed_tile_padding(kshape["m"])
+                kshape = {**kshape, "tile_pad": pad}
             if self.profile is not None:
-                eff = self.profile.kernel_efficiency(fam, **op.shape) if op.shape or fam == "elementwise" else None
+                eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
                 if eff is not None:
                     ec, em = eff
                     prov = Provenance.FITTED.value
@@ -84,6 +93,8 @@ class CostModel:
             if not self.cuda_graphs:  # eager mode: the host launches every kernel
                 launch = max(launch, hw.kernel_launch_eager_s)
         compute_s = flops / (peak * np.asarray(ec, float))
+        if pad is not None and prov == Provenance.ROOFLINE.value:  # no fitted kernel: pad the peak math
+            compute_s = compute_s * pad
         memory_s = nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
         time_s = np.maximum(compute_s, memory_s) + launch
         if measured is not None:

@@ -66,13 +66,75 @@ def gemm_work(m, n, k, groups=1.0, in_bytes=1.0, out_bytes=2.0):
     return flops, b_in, b_out
 
 
-def gemm_ctas_per_sm(m, n, groups, sms):
-    """DeepGEMM-like tiling: BLOCK_M 64 for m <= 64 else 128, BLOCK_N 128; CTAs / SMs."""
+def gemm_ctas_per_sm(m, n, groups, sms, tile_pad=None):
+    """DeepGEMM-like tiling: BLOCK_M 64 for m <= 64 else 128, BLOCK_N 128; CTAs / SMs.
+    tile_pad (routed groups, random counts): M tiles per group = m * tile_pad / BLOCK_M, the
+    expected tile count (= ceil(m / BLOCK_M) for a deterministic m)."""
     m = np.maximum(np.asarray(m, float), 1.0)
     n = np.maximum(np.asarray(n, float), 1.0)
     g = np.maximum(np.asarray(groups, float), 1.0)
-    bm = np.where(m <= 64.0, 64.0, 128.0)
-    return g * np.ceil(m / bm) * np.ceil(n / 128.0) / float(sms)
+    bm = gemm_block_m(m)
+    tiles = np.ceil(m / bm) if tile_pad is None else m * np.asarray(tile_pad, float) / bm
+    return g * tiles * np.ceil(n / 128.0) / float(sms)
+
+
+def gemm_block_m(m):
+    """DeepGEMM's M tile: 64 rows for m <= 64, else 128 (as gemm_ctas_per_sm)."""
+    return np.where(np.asarray(m, float) <= 64.0, 64.0, 128.0)
+
+
+def _erfc(x):
+    """erfc for x >= 0, Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7); numpy only (no scipy import
+    on the estimate path)."""
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return poly * np.exp(-x * x)
+
+
+def _normal_sf(z):
+    z = np.asarray(z, float)
+    r = 0.5 * _erfc(np.abs(z) / np.sqrt(2.0))
+    return np.where(z >= 0, r, 1.0 - r)
+
+
+POISSON_EXACT_MAX = 50.0  # exact Poisson sums up to this mean, the normal approximation above it
+
+
+def expected_tiles(m, bm):
+    """E[ceil(X / bm)] for X ~ Poisson(m): the M tiles a grouped-GEMM group computes when its token
+    count is random (multinomial routing: each expert's count ~ Poisson(m) for many tokens), a
+    partial tile costing a whole one (tensor-core MMA on full tiles; DeepGEMM masked and contiguous
+    layouts pad each group to its block). Exact sum for m <= 50, else the normal approximation with
+    continuity correction: sum_j P(X > j bm) over the j near m / bm (P = 1 below, 0 above)."""
+    m, bm = np.broadcast_arrays(np.asarray(m, float), np.asarray(bm, float))
+    out = np.zeros(m.shape)
+    small = m <= POISSON_EXACT_MAX
+    if small.any():
+        ms, bs = m[small], bm[small]
+        x = np.arange(0.0, 4.0 * POISSON_EXACT_MAX)
+        pmf = np.exp(-ms)[:, None] * np.cumprod(np.concatenate(
+            [np.ones((ms.size, 1)), ms[:, None] / x[None, 1:]], axis=1), axis=1)
+        out[small] = (pmf * np.ceil(x[None, :] / bs[:, None])).sum(axis=1)
+    big = ~small
+    if big.any():
+        mb, bb = m[big], bm[big]
+        sd = np.sqrt(mb)
+        lo = np.maximum(np.floor((mb - 9.0 * sd) / bb), 0.0)  # P(X > j bm) = 1 for j < lo
+        width = int(np.max(np.ceil(18.0 * sd / bb))) + 2
+        j = lo[:, None] + np.arange(width)[None, :]
+        out[big] = lo + _normal_sf((j * bb[:, None] + 0.5 - mb[:, None]) / sd[:, None]).sum(axis=1)
+    return out
+
+
+def routed_tile_padding(m):
+    """MMA rows computed per useful row of a routed grouped GEMM with Poisson counts of mean m
+    per group: E[ceil(X / bm)] bm / m (>= 1; 1 where no tokens)."""
+    m = np.asarray(m, float)
+    u, inv = np.unique(m, return_inverse=True)  # a grid holds few distinct group sizes
+    bm = gemm_block_m(u)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(u > 0, expected_tiles(u, bm) * bm / np.maximum(u, 1e-12), 1.0)
+    return np.maximum(f, 1.0)[inv].reshape(m.shape)
 
 
 def mla_decode_work(batch, q_len, heads, context, kv_bytes=2.0, q_bytes=2.0):

@@ -276,7 +276,7 @@ class Profile:
             g = 1.0 if g is None else g
             F, b_in, b_out = E.gemm_work(shape["m"], shape["n"], shape["k"], g, E.dtype_bytes(dtype),
                                          E.out_bytes_for(dtype))
-            x = E.gemm_ctas_per_sm(shape["m"], shape["n"], g, self._sms)
+            x = E.gemm_ctas_per_sm(shape["m"], shape["n"], g, self._sms, shape.get("tile_pad"))
         else:
             missing = [c for c in ("batch", "q_len", "heads", "context") if shape.get(c) is None]
             if missing:
@@ -297,17 +297,21 @@ class Profile:
         """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered.
 
         Shape keywords: m, n, k, groups, layout ("masked" | "contiguous"), batch, q_len, context,
-        heads, dtype (optional; the family's fitted dtype by default). Other keywords are ignored.
+        heads, dtype (optional; the family's fitted dtype by default), tile_pad (MMA work over
+        useful work, e.g. routed groups' partial tiles; 1 by default). Other keywords are ignored.
         """
         e = self.kernels.get(family)
         if e is None:
             return None
         p = e["params"]
+        pad = shape.get("tile_pad")  # MMA work / useful work (routed groups' partial tiles), >= 1
+        pad = 1.0 if pad is None else np.asarray(pad, float)
         if e["model"] == "peak":
-            out = self._numeric_shape(shape)
-            return (np.full(out, float(p["eta_c"])), np.full(out, float(p["eta_m"])))
+            out = np.broadcast(np.empty(self._numeric_shape(shape)), pad).shape
+            return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
-        t_model = E.overlap_time(F, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
+        # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
+        t_model = E.overlap_time(F * pad, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
                                  float(p["t0_us"]) * 1e-6, float(p["c"]), _q(p))
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
@@ -319,6 +323,8 @@ class Profile:
             return None
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         p = e["params"]
+        pad = shape.get("tile_pad")
+        F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
         if e["model"] == "peak":
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
         return E.overlap_time(F, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),

@@ -95,7 +95,7 @@ def moe_ops(model: ModelSpec, hw: HardwareSpec, *, t, tp, dp, ep, moe_tp, redund
                           bytes_act=pairs * (k_ * (ab + ascale) + n_ * 2.0),
                           shape={"m": pairs / np.maximum(spr, 1e-9), "n": n_ * np.ones_like(pairs),
                                  "k": k_ * np.ones_like(pairs), "groups": spr * np.ones_like(pairs),
-                                 "layout": layout}))
+                                 "layout": layout, "routed": True}))
         if name == "experts_gate_up":
             ops.append(_act("experts_act", pairs, wi, 4))
     ops.append(_allreduce("moe_tp_allreduce", np.where(ep > 1, pairs, t * moe_tp / tp), d, moe_tp, 4))

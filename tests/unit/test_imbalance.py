@@ -146,3 +146,67 @@ def test_skew_shares(tmp_path):
         skew_shares(4, 16, 0, "pareto:1")
     with pytest.raises(ConfigError, match="multiple of ep"):
         skew_shares(144, 256, 0, "uniform")
+
+
+# ---- routed grouped-GEMM tile padding and per-micro-batch imbalance
+@pytest.mark.parametrize("m", [0.3, 2.0, 17.0, 49.5, 50.5, 64.0, 100.0, 352.0, 512.0, 3000.0, 14500.0])
+def test_expected_tiles_vs_monte_carlo(m):
+    from moesim.perf.efficiency import expected_tiles, gemm_block_m
+    bm = float(gemm_block_m(m))
+    x = np.random.default_rng(7).poisson(m, 400_000)
+    mc = np.ceil(x / bm).mean()
+    assert float(expected_tiles(m, bm)) == pytest.approx(mc, rel=0.01, abs=2e-3)
+
+
+def test_routed_tile_padding_limits():
+    from moesim.perf.efficiency import routed_tile_padding
+    m = np.array([0.0, 1.0, 64.0, 512.0, 1e4, 1e6])
+    f = routed_tile_padding(m)
+    assert f[0] == 1.0 and np.all(f >= 1.0)
+    assert f[-1] == pytest.approx(1.0, abs=1e-3)  # padding vanishes for large groups
+    assert f[3] == pytest.approx(128 * 4.49 / 512, rel=0.01)  # 512 +- 23 straddles the 4-tile edge
+
+
+def test_padding_only_for_routed_groups_in_calibrated_mode():
+    """The DeepGEMM tables time tile-aligned deterministic shapes: `moesim kernel` reproduces them
+    unpadded; only routed experts (random counts) pay for partial tiles, and never in roofline mode."""
+    from moesim.api import estimate
+    from moesim.commands.kernel import kernel_work
+    from moesim.api import load_profile_for, resolve_specs
+    from moesim.perf.cost import CostModel
+    m, h = resolve_specs("deepseek-v3", "h800")
+    prof, _ = load_profile_for(h, "calibrated")
+    op = kernel_work(m, h, "grouped_gemm", m=512, n=4096, k=7168, groups=2, layout="masked")
+    t = float(np.ravel(CostModel(h, m, "calibrated", prof).cost(op).time_s)[0])
+    assert t == pytest.approx(58e-6, rel=0.12)  # DeepGEMM README row: 2 groups x 512, 58 us
+    from moesim.perf.efficiency import routed_tile_padding
+    kw = dict(model="deepseek-v3", hardware="h100_sxm", ep=128, dp=128, batch=128, context=5000, mtp=1,
+              comm="pplx", overlap="serial", expert_skew="none")
+    cal = {o["name"]: o for o in estimate(**kw, cost_mode="calibrated").ops}
+    roof = {o["name"]: o for o in estimate(**kw, cost_mode="roofline").ops}
+    g = cal["experts_gate_up"]  # 2 experts per GPU, 128 x 2 x 8 x 128 / 256 = 1024 tokens each
+    m, h = resolve_specs("deepseek-v3", "h100_sxm")
+    prof, _ = load_profile_for(h, "calibrated")
+    shape = dict(m=1024.0, n=4096.0, k=7168.0, groups=2.0, layout="masked")
+    aligned = float(np.ravel(prof.kernel_time("grouped_gemm", **shape))[0])
+    padded = float(np.ravel(prof.kernel_time("grouped_gemm", **shape, tile_pad=routed_tile_padding(1024.0)))[0])
+    assert aligned < padded < aligned * float(routed_tile_padding(1024.0))  # only the main loop's math pads
+    assert g["bound"] == "compute"
+    assert g["time_per_call_s"] == pytest.approx(padded + prof.launch_s, rel=1e-6)
+    assert roof["experts_gate_up"]["flops"] == g["flops"]  # useful FLOPs are reported unpadded
+
+
+def test_two_micro_batches_see_more_rank_noise():
+    from moesim.grid import Grid
+    from moesim.imbalance_model import imbalance_factors
+    from moesim.api import resolve_specs
+    m, h = resolve_specs("deepseek-v3", "h100_sxm")
+    g = Grid.product(tp=1, dp=128, ep=128, moe_tp=1, batch=np.array([8.0, 128.0]), context=5000.0, mtp=1,
+                     acceptance=0.8, redundant=0)
+    imb, _ = imbalance_factors(m, h, g, "decode", "uniform")
+    assert np.all(imb["experts@2"] > imb["experts"]) and np.all(imb["experts"] > 1.0)
+    one = imbalance_factors(m, h, g.take(np.array([1])), "decode", "uniform")[0]
+    assert float(one["experts@2"][0]) == pytest.approx(
+        float(imbalance_factors(m, h, Grid.product(tp=1, dp=128, ep=128, moe_tp=1, batch=64.0, context=5000.0,
+                                                   mtp=1, acceptance=0.8, redundant=0), "decode",
+                                "uniform")[0]["experts"][0]))

@@ -7,8 +7,9 @@ from moesim.validate import run_case
 pytestmark = pytest.mark.validation
 
 MISSES = {
-    "ep128_grouped_gemm": "predicted 190 us vs 270 (-30%): DeepGEMM's own H800 table times two groups of m=512 "
-                          "at 58 + 33 us per micro-batch (182 us for both); the published bar is 1.5x that kernel",
+    "ep128_grouped_gemm": "predicted 210 us vs 270 (-22%): DeepGEMM's own H800 table times two groups of m=512 at "
+                          "58 + 33 us per micro-batch (182 us for both), +partial tiles of random per-expert counts "
+                          "and the slowest rank; the published bar is 1.3x that",
 }
 
 
