@@ -218,7 +218,7 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
         raise ConfigError(f"slo.max_ttft_s: {max_ttft_s:g} s is not reachable at {where}; the model predicts at "
                           f"least {best:.3g} s of compute per prompt; allowed > {best:.3g}")
     i = int(np.argmax(np.where(ok, planned, -np.inf)))
-    if max_ttft_s is not None and (rho[i] < 1.0 - 1e-9 or i < cand.size - 1 and fits[i + 1]):
+    if max_ttft_s is not None:  # the queueing headroom (rho < 1) and the batch both follow the target
         why = "ttft"
     elif i == cand.size - 1:
         why = "batch_tokens"
