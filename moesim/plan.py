@@ -9,10 +9,10 @@ Method (everything from the model's own predictions; no published throughput is 
   ``min_tokens_per_s_per_user`` -> output tokens/s per node.
 * prefill capacity: one ``evaluate_grid`` call over candidate batches (prompt tokens per DP
   group, ``prefill.batch_tokens`` halved down) at the prefill deployment (EP32 DP32, prompt
-  length); the computed tail of each prompt attends to its cached head (cache-hit share); with
-  ``max_ttft_s`` the pool runs at the utilisation where the M/D/1 mean TTFT (queueing wait + step
-  time x steps per prompt) meets the target, best batch chosen -> computed (cache-miss) tokens/s
-  per node.
+  length distribution); the computed tail of each prompt attends to its cached head (cache-hit
+  share); with ``max_ttft_s`` the pool runs at the utilisation where the M/G/1 mean TTFT (queueing
+  wait + step time x steps per prompt) meets the target, best batch chosen -> computed
+  (cache-miss) tokens/s per node.
 * per hour: decode nodes = output tokens/s / decode tokens/s per node; prefill nodes =
   cache-miss input tokens/s / prefill tokens/s per node (cache hits skip prefill compute);
   each pool is rounded up to whole deployment units (nodes per unit = GPUs per unit / GPUs per
@@ -76,7 +76,7 @@ class PrefillCapacity:
     batch_tokens: int               # prompt tokens per DP group per step
     tokens_per_s_per_node: float    # computed (cache-miss) prompt tokens/s per node
     tokens_per_s_per_gpu: float
-    ttft_s: float                   # mean TTFT: M/D/1 queueing wait + step time x steps per prompt
+    ttft_s: float                   # mean TTFT: M/G/1 queueing wait + step time x steps per prompt
     step_time_s: float
     limited_by: str                 # "batch_tokens" (cap reached) | "ttft" | "memory"
     overlap: str
@@ -161,25 +161,31 @@ def decode_capacity(model, hardware, pool: DecodePool = DecodePool(), *, context
 
 
 def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prompt_length: float = 4989.0,
-                     max_ttft_s: Optional[float] = None, cached_share: float = 0.0, cost_mode="calibrated", set=None,
-                     expert_skew="auto", context_dist="fixed", profile=None,
+                     max_ttft_s: Optional[float] = None, cached_share: float = 0.0, prompt=None,
+                     cost_mode="calibrated", set=None, expert_skew="auto", context_dist="fixed", profile=None,
                      notes: Optional[list] = None) -> PrefillCapacity:
     """Computed prompt tokens/s per node at the prefill deployment, over candidate batches
     (pool.batch_tokens halved down, ONE evaluate_grid call) that fit memory.
 
-    cached_share: the share of each prompt already in the KV cache (its head). Those tokens skip
-    compute, but the computed tail attends to them: per computed token the keys average
-    cached + computed/2 = P (1 + c) / 2, i.e. the causal prefill of a prompt P (1 + c) long
-    (the attention core is the only prefill op that reads the context, as context / 2).
+    prompt: the prompt-length distribution (moesim.traffic.LengthDist; default: every prompt
+    prompt_length long). cached_share: the share of each prompt already in the KV cache (its
+    head). Those tokens skip compute, but the computed tail attends to them: a prompt P long has
+    (1 - c) P computed tokens and (1 - c^2) P^2 / 2 (query, key) pairs, so per computed token the
+    keys average (1 + c) E[P^2] / (2 E[P]) over the mix -- the causal prefill of one prompt
+    (1 + c) E[P^2] / E[P] long (the attention core is the only prefill op that reads the context,
+    as context / 2; its cost is linear in the pairs).
 
-    With max_ttft_s, prompts are taken as Poisson arrivals at each DP group, each served in k steps
-    of one batch (deterministic service D = k S, S the step time): M/D/1 mean wait (Pollaczek-
-    Khinchine) W = rho D / (2 (1 - rho)), mean TTFT = W + D <= max_ttft_s gives the highest
-    utilisation rho = 2 (T - D) / (2 (T - D) + D). The planned rate is rho x the full-load rate,
-    maximised over the candidate batches. Without a TTFT target the pool is planned at full load.
+    With max_ttft_s, prompts arrive as a Poisson stream at each DP group; a prompt's service is
+    S = k S_step (k = steps its computed tokens take at this batch; a prompt shorter than the batch
+    shares one step). M/G/1 (Pollaczek-Khinchine) mean wait W = rho E[S^2] / (2 E[S] (1 - rho));
+    mean TTFT = W + E[S] <= max_ttft_s gives the highest utilisation
+    rho = (T - E[S]) / (E[S^2] / (2 E[S]) + T - E[S]) (for one prompt length: the M/D/1 form).
+    The planned rate is rho x the full-load rate, maximised over the candidate batches. Without a
+    TTFT target the pool is planned at full load.
     """
     from moesim.api import evaluate_grid
     from moesim.grid import Grid
+    from moesim.traffic import LengthDist
 
     if max_ttft_s is not None:
         max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)
@@ -187,10 +193,13 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
     c = _finite("cached_share", cached_share, 0, 1)
     if c >= 1.0:
         raise ConfigError(f"cached_share: {cached_share!r}; allowed >= 0 and < 1 (some prompt tokens must be computed)")
+    if prompt is None:
+        prompt = LengthDist(_finite("prompt_length", prompt_length, 1, 1e8))
     m, h = _specs(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
-    grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand, context=prompt_length * (1.0 + c),
-                        mtp=0, acceptance=0.0, redundant=pool.redundant_experts)
+    grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand,
+                        context=prompt.moment_ratio() * (1.0 + c), mtp=0, acceptance=0.0,
+                        redundant=pool.redundant_experts)
     _check(m, h, grid, "prefill", "prefill")
     ev, ns = evaluate_grid(m, h, grid, phase="prefill", overlap=pool.overlap, cost_mode=cost_mode, comm=pool.comm,
                            expert_skew=expert_skew, context_dist=context_dist, profile_path=profile)
@@ -198,25 +207,27 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
         notes.extend(ns)
     v = ev.values
     step = np.asarray(v["step_time_s"], float)
-    steps = np.ceil(prompt_length * (1.0 - c) / cand)  # computed tokens of one prompt may take several steps
-    service = step * steps
+    lengths, w = prompt.discrete()
+    service = np.ceil(lengths[:, None] * (1.0 - c) / cand[None, :]) * step[None, :]  # [prompt bin, batch]
+    es = w @ service
+    es2 = w @ service ** 2
     fits = np.asarray(v["fits"], bool)
     full = np.asarray(v["tokens_per_s_per_node"], float)
     if max_ttft_s is None:
         rho = np.ones_like(step)
     else:
-        slack = np.maximum(max_ttft_s - service, 0.0)
-        rho = 2.0 * slack / (2.0 * slack + service)  # M/D/1 mean wait = slack
+        slack = np.maximum(max_ttft_s - es, 0.0)
+        rho = slack / (es2 / (2.0 * es) + slack)  # M/G/1 mean wait = slack
     planned = full * rho
     ok = fits & (rho > 0)
-    where = f"prefill EP{pool.ep} DP{pool.dp} TP{pool.tp} on {h.name} (prompt {prompt_length:g} tokens)"
+    where = f"prefill EP{pool.ep} DP{pool.dp} TP{pool.tp} on {h.name} (prompt {prompt.describe()} tokens)"
     if not fits.any():
         raise ConfigError(f"prefill: no batch fits in GPU memory at {where}; allowed: a larger deployment or "
                           f"shorter prompts")
     if not ok.any():
-        best = float(np.min(np.where(fits, service, np.inf)))
+        best = float(np.min(np.where(fits, es, np.inf)))
         raise ConfigError(f"slo.max_ttft_s: {max_ttft_s:g} s is not reachable at {where}; the model predicts at "
-                          f"least {best:.3g} s of compute per prompt; allowed > {best:.3g}")
+                          f"least {best:.3g} s of compute per prompt on average; allowed > {best:.3g}")
     i = int(np.argmax(np.where(ok, planned, -np.inf)))
     if max_ttft_s is not None:  # the queueing headroom (rho < 1) and the batch both follow the target
         why = "ttft"
@@ -224,8 +235,8 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
         why = "batch_tokens"
     else:
         why = "memory"
-    wait = rho * service / (2.0 * np.maximum(1.0 - rho, 1e-12))
-    ttft = np.where(rho < 1.0, service + wait, service)
+    wait = rho * es2 / (2.0 * es * np.maximum(1.0 - rho, 1e-12))
+    ttft = np.where(rho < 1.0, es + wait, es)
     sweep = {"batch_tokens": cand, "ttft_s": ttft, "tokens_per_s_per_node": planned,
              "full_load_tokens_per_s_per_node": full, "utilisation": rho, "fits": fits}
     return PrefillCapacity(
@@ -339,14 +350,16 @@ class PlanResult:
                         "limited_by": p.limited_by, "tokens_per_s_per_node": p.tokens_per_s_per_node,
                         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
                         "input_tokens_per_s_per_node_incl_hits": _py(self.totals["prefill_input_tokens_per_s_per_node"]),
-                        "ttft_s": p.ttft_s, "ttft_kind": "mean (M/D/1 queueing + compute)" if t.max_ttft_s
+                        "ttft_s": p.ttft_s, "ttft_kind": "mean (M/G/1 queueing + compute)" if t.max_ttft_s
                         else "compute only (no queueing: no TTFT target, planned at full load)",
                         "utilisation": p.utilisation,
                         "full_load_tokens_per_s_per_node": p.full_load_tokens_per_s_per_node,
                         "step_time_s": p.step_time_s, "overlap": p.overlap,
                         "ep": t.prefill.ep, "dp": t.prefill.dp, "tp": t.prefill.tp,
                         "redundant_experts": t.prefill.redundant_experts, "gpus_per_unit": p.gpus,
-                        "nodes_per_unit": p.nodes_per_unit, "prompt_length": t.prompt_length},
+                        "nodes_per_unit": p.nodes_per_unit, "prompt_length": t.prompt_length,
+                        "prompt_distribution": t.prompt.describe(),
+                        "attention_context": t.prompt.moment_ratio() * (1.0 + self.totals["cache_hit_share"])},
             "model": self.model, "hardware": self.hardware, "cost_mode": self.cost_mode,
             "gpus_per_node": self.gpus_per_node, "kv_bytes_per_token": self.kv_bytes_per_token,
             "traffic": t.to_dict(),
@@ -397,7 +410,7 @@ def plan(traffic, model="deepseek-v3", hardware="h800", cost_mode="calibrated", 
                           notes=notes)
     hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     pre = prefill_capacity(m, h, t.prefill, prompt_length=t.prompt_length, max_ttft_s=t.max_ttft_s,
-                           cached_share=min(hit_share, 1.0 - 1e-9), cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
+                           cached_share=min(hit_share, 1.0 - 1e-9), prompt=t.prompt, cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
                            notes=notes)
     gpn = int(h.gpus_per_node)
     price = h.usd_per_gpu_hour if t.usd_per_gpu_hour is None else t.usd_per_gpu_hour

@@ -16,8 +16,12 @@ YAML layout (every key optional except the token volumes)::
     output_tokens: 168.0e9
     hours: 24
     diurnal: [w0, ..., w23]        # hourly weights (24, or one per hour of the window); normalised
-    context: 4989                  # mean KV length per output token (decode)
-    prompt_length: 4989            # prompt tokens per request (prefill); default = context
+    context: 4989                  # mean KV length per output token (decode); default: derived from
+                                   # prompt_length and output_length when both are given, else 4989
+    prompt_length: 4989            # prompt tokens per request (prefill); default = context; or
+                                   # {mean: 4989, dist: fixed | exp | lognormal:<cv>}, or
+                                   # {bins: [[tokens, share of requests], ...]}
+    output_length: {mean: 1200, dist: exp}   # optional, same forms
     slo: {min_tokens_per_s_per_user: 20, max_ttft_s: null}
     prices: {usd_per_gpu_hour: 2.0, usd_per_million: {input_hit: 0.14, input_miss: 0.55, output: 2.19}}
     prefill: {ep: 32, dp: 32, tp: 1, batch_tokens: 16384, redundant_experts: 32, overlap: two-batch}
@@ -35,7 +39,7 @@ import numpy as np
 
 from moesim.errors import ConfigError
 
-__all__ = ["Traffic", "PrefillPool", "DecodePool", "Prices", "load_traffic", "read_traffic_yaml", "traffic_from_dict", "merge", "TOKEN_KEYS"]
+__all__ = ["Traffic", "LengthDist", "PrefillPool", "DecodePool", "Prices", "load_traffic", "read_traffic_yaml", "traffic_from_dict", "merge", "TOKEN_KEYS"]
 
 TOKEN_KEYS = ("input_tokens", "cache_hit_tokens", "output_tokens")
 RATE_KEYS = tuple(k + "_per_s" for k in TOKEN_KEYS)
@@ -185,6 +189,97 @@ def _pool(cls, where: str, section: str, d, overlaps) -> object:
     return cls(**kw)
 
 
+# --------------------------------------------------------------------------- length distributions
+LENGTH_BINS_DISCRETE = 64  # equiprobable bins for exp / lognormal (TTFT moments)
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Tokens per request (prompt or output): ``mean`` and a shape, ``dist`` = fixed | exp |
+    lognormal:<cv> (the ``--context-dist`` grammar), or ``bins`` = ((tokens, share of requests), ...)."""
+    mean: float
+    dist: str = "fixed"
+    bins: Tuple[Tuple[float, float], ...] = ()
+
+    @property
+    def cv(self) -> float:
+        if self.bins:
+            lengths, w = self.discrete()
+            return float(np.sqrt(max((w * lengths ** 2).sum() / self.mean ** 2 - 1.0, 0.0)))
+        from moesim.balance.imbalance import context_dist
+        return context_dist(self.dist)
+
+    def moment_ratio(self) -> float:
+        """E[L^2] / E[L] = mean (1 + cv^2): the token-weighted mean length (exact for any shape)."""
+        return self.mean * (1.0 + self.cv ** 2)
+
+    def discrete(self, k: int = LENGTH_BINS_DISCRETE):
+        """(lengths, request weights): the bins, one point (fixed), or k equiprobable quantile bins
+        (exp: -mean ln(1 - u); lognormal: exp(mu + sigma z_u), sigma^2 = ln(1 + cv^2)), rescaled so
+        the mean is exact."""
+        if self.bins:
+            a = np.asarray(self.bins, float)
+            return a[:, 0], a[:, 1] / a[:, 1].sum()
+        cv = self.cv
+        if cv == 0:
+            return np.array([self.mean]), np.array([1.0])
+        u = (np.arange(k) + 0.5) / k
+        if str(self.dist).strip().lower() in ("exp", "exponential"):
+            x = -np.log1p(-u)
+        else:
+            from scipy.special import ndtri  # lazy: only plans with a lognormal length pay the import
+            sig = np.sqrt(np.log1p(cv * cv))
+            x = np.exp(sig * ndtri(u) - 0.5 * sig * sig)
+        x = x / x.mean()
+        return np.maximum(self.mean * x, 1.0), np.full(k, 1.0 / k)
+
+    def describe(self) -> str:
+        if self.bins:
+            return f"{len(self.bins)} bins, mean {self.mean:,.0f}, cv {self.cv:.2f}"
+        return f"mean {self.mean:,.0f}" + ("" if self.dist == "fixed" else f", {self.dist}")
+
+    def as_yaml(self):
+        if self.bins:
+            return {"bins": [list(b) for b in self.bins]}
+        return self.mean if self.dist == "fixed" else {"mean": self.mean, "dist": self.dist}
+
+
+def _length(where, name, v, default_mean=None) -> Optional[LengthDist]:
+    """YAML value -> LengthDist: a number (mean, fixed), {mean, dist} or {bins: [[tokens, share], ...]}."""
+    if v is None:
+        return None if default_mean is None else LengthDist(float(default_mean))
+    if isinstance(v, LengthDist):
+        return v
+    if not isinstance(v, dict):
+        return LengthDist(_num(where, name, v, lo=1, hi=1e8))
+    d = _section(where, name, v, ("mean", "dist", "bins"))
+    if d.get("bins") is not None:
+        if d.get("mean") is not None or d.get("dist") is not None:
+            raise ConfigError(f"{where}{name}: give either bins or mean (+ dist), not both")
+        b = d["bins"]
+        if isinstance(b, (str, bytes, dict)) or not hasattr(b, "__len__") or not len(b):
+            raise ConfigError(f"{where}{name}.bins: must be a non-empty list of [tokens, share of requests] pairs")
+        rows = []
+        for i, row in enumerate(b):
+            if isinstance(row, (str, bytes, dict)) or not hasattr(row, "__len__") or len(row) != 2:
+                raise ConfigError(f"{where}{name}.bins[{i}]: must be a [tokens, share of requests] pair")
+            rows.append((_num(where, f"{name}.bins[{i}][0]", row[0], lo=1, hi=1e8),
+                         _num(where, f"{name}.bins[{i}][1]", row[1], lo=0, hi=1e18)))
+        tot = sum(w for _, w in rows)
+        if not tot > 0:
+            raise ConfigError(f"{where}{name}.bins: all shares are 0; allowed non-negative shares, not all 0")
+        rows = tuple((x, w / tot) for x, w in rows)
+        return LengthDist(sum(x * w for x, w in rows), "bins", rows)
+    mean = _num(where, f"{name}.mean", d.get("mean", default_mean), lo=1, hi=1e8)
+    dist = str(d.get("dist") or "fixed").strip().lower()
+    from moesim.balance.imbalance import context_dist
+    try:
+        context_dist(dist)
+    except ConfigError as e:
+        raise ConfigError(f"{where}{name}.dist: {dist!r}; allowed fixed, exp, lognormal:<cv>") from None
+    return LengthDist(mean, dist)
+
+
 # --------------------------------------------------------------------------- the spec
 @dataclass(frozen=True)
 class Traffic:
@@ -192,7 +287,8 @@ class Traffic:
 
     input_tokens / cache_hit_tokens / output_tokens: totals over ``hours`` (hits are part of the
     input). diurnal: one normalised weight per hour of the window (sums to 1). context: mean KV
-    length per output token (decode); prompt_length: prompt tokens per request (prefill)."""
+    length per output token (decode); prompt_length: mean prompt tokens per request (prefill), of
+    the distribution ``prompt`` (LengthDist); output: output tokens per request, if given."""
     input_tokens: float
     cache_hit_tokens: float
     output_tokens: float
@@ -200,6 +296,9 @@ class Traffic:
     diurnal: Tuple[float, ...] = ()
     context: float = 4989.0
     prompt_length: float = 4989.0
+    prompt_dist: str = "fixed"
+    prompt_bins: Tuple[Tuple[float, float], ...] = ()
+    output: Optional[LengthDist] = None
     min_tokens_per_s_per_user: float = 20.0
     max_ttft_s: Optional[float] = None
     usd_per_gpu_hour: Optional[float] = None  # None: the hardware spec's price
@@ -220,6 +319,13 @@ class Traffic:
         object.__setattr__(self, "diurnal", _diurnal("", list(self.diurnal) or None, hours))
         for k in ("context", "prompt_length"):
             _num("", k, getattr(self, k), lo=1, hi=1e8)
+        _length("", "prompt_length", {"bins": [list(b) for b in self.prompt_bins]} if self.prompt_bins
+                else {"mean": self.prompt_length, "dist": self.prompt_dist})
+
+    @property
+    def prompt(self) -> LengthDist:
+        """The prompt-length distribution (mean prompt_length)."""
+        return LengthDist(self.prompt_length, self.prompt_dist, tuple(self.prompt_bins))
 
     # ---- derived views
     @property
@@ -245,7 +351,10 @@ class Traffic:
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("input_tokens", "cache_hit_tokens", "output_tokens", "hours", "context",
-                                            "prompt_length", "name", "source")}
+                                            "name", "source")}
+        d["prompt_length"] = self.prompt.as_yaml()
+        if self.output is not None:
+            d["output_length"] = self.output.as_yaml()
         d["diurnal"] = list(self.diurnal)
         d["slo"] = {"min_tokens_per_s_per_user": self.min_tokens_per_s_per_user, "max_ttft_s": self.max_ttft_s}
         d["prices"] = {"usd_per_gpu_hour": self.usd_per_gpu_hour,
@@ -260,8 +369,8 @@ class Traffic:
         return traffic_from_dict(kw)
 
 
-TOP_KEYS = (TOKEN_KEYS + RATE_KEYS + ("hours", "diurnal", "context", "prompt_length", "slo", "prices", "prefill",
-                                      "decode", "name", "source", "description"))
+TOP_KEYS = (TOKEN_KEYS + RATE_KEYS + ("hours", "diurnal", "context", "prompt_length", "output_length", "slo", "prices",
+                                      "prefill", "decode", "name", "source", "description"))
 SLO_KEYS = ("min_tokens_per_s_per_user", "max_ttft_s")
 PRICES_KEYS = ("usd_per_gpu_hour", "usd_per_million")
 
@@ -308,9 +417,16 @@ def traffic_from_dict(d: dict, *, file: Optional[str] = None) -> Traffic:
         raise ConfigError(f"{where}output_tokens: input and output are both 0; allowed: some traffic (> 0)")
 
     diurnal = _diurnal(where, d.get("diurnal"), hours)
-    context = _num(where, "context", d.get("context", 4989), lo=1, hi=1e8)
-    prompt = d.get("prompt_length")
-    prompt = context if prompt is None else _num(where, "prompt_length", prompt, lo=1, hi=1e8)
+    output = _length(where, "output_length", d.get("output_length"))
+    prompt_in = d.get("prompt_length")
+    if d.get("context") is None and output is not None and prompt_in is not None:
+        # mean KV per output token, prompt and output independent: the i-th output token sees
+        # P + i - 1 keys, averaged over the output tokens: E[P] + (E[O^2] / E[O] - 1) / 2
+        pm = _length(where, "prompt_length", prompt_in).mean
+        context = pm + max(output.moment_ratio() - 1.0, 0.0) / 2.0
+    else:
+        context = _num(where, "context", d.get("context", 4989), lo=1, hi=1e8)
+    prompt = _length(where, "prompt_length", prompt_in, default_mean=context)
 
     slo = _section(where, "slo", d.get("slo"), SLO_KEYS)
     min_tps = _num(where, "slo.min_tokens_per_s_per_user", slo.get("min_tokens_per_s_per_user", 20.0), lo=0, hi=1e6)
@@ -335,7 +451,8 @@ def traffic_from_dict(d: dict, *, file: Optional[str] = None) -> Traffic:
             raise ConfigError(f"{where}{k}: must be a string")
     return Traffic(input_tokens=vol["input_tokens"], cache_hit_tokens=vol["cache_hit_tokens"],
                    output_tokens=vol["output_tokens"], hours=hours, diurnal=diurnal, context=context,
-                   prompt_length=prompt, min_tokens_per_s_per_user=min_tps, max_ttft_s=ttft,
+                   prompt_length=prompt.mean, prompt_dist=prompt.dist, prompt_bins=prompt.bins, output=output,
+                   min_tokens_per_s_per_user=min_tps, max_ttft_s=ttft,
                    usd_per_gpu_hour=gpu_price, usd_per_million=prices, prefill=prefill, decode=decode,
                    name=d.get("name") or "", source=d.get("source") or "")
 

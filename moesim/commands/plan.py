@@ -9,7 +9,8 @@ import typer
 
 def traffic_from_flags(traffic_file: Optional[Path] = None, *, per_second: bool = False, input_tokens=None,
                        cache_hit_tokens=None, output_tokens=None, hours=None, diurnal: Optional[str] = None,
-                       context=None, prompt_length=None, min_tokens_per_s_per_user=None, max_ttft=None,
+                       context=None, prompt_length=None, prompt_dist=None, output_length=None, output_dist=None,
+                       min_tokens_per_s_per_user=None, max_ttft=None,
                        prefill_ep=None, decode_ep=None, prefill_batch_tokens=None, decode_max_batch=None, mtp=None,
                        acceptance=None, overlap=None, redundant_experts=None, usd_per_gpu_hour=None,
                        price_input_hit=None, price_input_miss=None, price_output=None):
@@ -21,7 +22,6 @@ def traffic_from_flags(traffic_file: Optional[Path] = None, *, per_second: bool 
     suffix = "_per_s" if per_second else ""
     over = {f"input_tokens{suffix}": input_tokens, f"cache_hit_tokens{suffix}": cache_hit_tokens,
             f"output_tokens{suffix}": output_tokens, "hours": hours, "context": context,
-            "prompt_length": prompt_length,
             "slo": {"min_tokens_per_s_per_user": min_tokens_per_s_per_user, "max_ttft_s": max_ttft},
             "prices": {"usd_per_gpu_hour": usd_per_gpu_hour,
                        "usd_per_million": {"input_hit": price_input_hit, "input_miss": price_input_miss,
@@ -29,6 +29,20 @@ def traffic_from_flags(traffic_file: Optional[Path] = None, *, per_second: bool 
             "prefill": {"batch_tokens": prefill_batch_tokens, "redundant_experts": redundant_experts},
             "decode": {"max_batch": decode_max_batch, "mtp": mtp, "acceptance": acceptance, "overlap": overlap,
                        "redundant_experts": redundant_experts}}
+    for key, mean, dist in (("prompt_length", prompt_length, prompt_dist), ("output_length", output_length, output_dist)):
+        if dist is not None:  # a shape on the file's (or the given) mean
+            cur = data.get(key)
+            base = mean if mean is not None else (cur.get("mean") if isinstance(cur, dict) else cur)
+            if base is None and key == "prompt_length":
+                base = over["context"] if over["context"] is not None else data.get("context")
+            if base is None:
+                flag = "--" + key.replace("_", "-")
+                raise ConfigError(f"--{key.split('_')[0]}-dist: needs a mean length; give {flag}")
+            over[key] = {"mean": base, "dist": dist}
+            data.pop(key, None)
+        elif mean is not None:
+            over[key] = mean
+            data.pop(key, None)
     if diurnal is not None:
         try:
             over["diurnal"] = [float(x) for x in diurnal.replace(" ", "").split(",") if x]
@@ -64,7 +78,8 @@ def print_plan(r) -> None:
     lines = [f"[bold]{title}[/bold]",
              f"traffic      input {_fmt_tokens(t.input_tokens)} tokens ({_fmt_tokens(t.cache_hit_tokens)} cache hits, "
              f"{hit_pct:.1f}%), output {_fmt_tokens(t.output_tokens)} over {t.hours} h; context {t.context:g} "
-             f"KV tokens per output token, prompt {t.prompt_length:g} tokens",
+             f"KV tokens per output token, prompt {t.prompt.describe()} tokens"
+             + (f", output {t.output.describe()} tokens" if t.output is not None else ""),
              f"SLO          >= {t.min_tokens_per_s_per_user:g} tokens/s per user"
              + (f", TTFT <= {t.max_ttft_s:g} s" if t.max_ttft_s else ", no TTFT limit")]
     dp_ = t.decode
@@ -83,7 +98,7 @@ def print_plan(r) -> None:
         f"  batch      {p.batch_tokens:,} prompt tokens per DP group per step — limited by "
         f"{ {'batch_tokens': 'prefill.batch_tokens (the cap)', 'ttft': 'the TTFT SLO', 'memory': 'memory'}[p.limited_by]}",
         "  TTFT       "
-        + (f"mean {p.ttft_s:.2f} s at {p.utilisation * 100:.0f}% load (M/D/1 queueing + compute; "
+        + (f"mean {p.ttft_s:.2f} s at {p.utilisation * 100:.0f}% load (M/G/1 queueing + compute; "
            f"full load {p.full_load_tokens_per_s_per_node:,.0f} computed tokens/s per node)" if t.max_ttft_s
            else f"{p.ttft_s:.2f} s of compute, planned at full load (no TTFT target: no queueing headroom)"),
         f"  predicted  {p.tokens_per_s_per_gpu:,.0f} computed tokens/s per GPU = [bold]{p.tokens_per_s_per_node:,.0f} "
@@ -169,7 +184,10 @@ def register(app: typer.Typer) -> None:
         hours: Optional[int] = typer.Option(None, "--hours", help="window length in hours (default 24)"),
         diurnal: Optional[str] = typer.Option(None, "--diurnal", help="24 comma-separated hourly weights (default flat)"),
         context: Optional[float] = typer.Option(None, "--context", help="mean KV length per output token (default 4989)"),
-        prompt_length: Optional[float] = typer.Option(None, "--prompt-length", help="prompt tokens per request (default = context)"),
+        prompt_length: Optional[float] = typer.Option(None, "--prompt-length", help="mean prompt tokens per request (default = context)"),
+        prompt_dist: Optional[str] = typer.Option(None, "--prompt-dist", help="prompt length shape: fixed (default) | exp | lognormal:<cv>"),
+        output_length: Optional[float] = typer.Option(None, "--output-length", help="mean output tokens per request (with a prompt length: sets the decode context)"),
+        output_dist: Optional[str] = typer.Option(None, "--output-dist", help="output length shape: fixed (default) | exp | lognormal:<cv>"),
         min_tps: Optional[float] = typer.Option(None, "--min-tokens-per-s-per-user", help="decode SLO (default 20)"),
         max_ttft: Optional[float] = typer.Option(None, "--max-ttft", help="prefill TTFT SLO in s (default none)"),
         prefill_ep: Optional[int] = typer.Option(None, "--prefill-ep", help="prefill unit EP = DP (default 32)"),
@@ -206,6 +224,7 @@ def register(app: typer.Typer) -> None:
         t = traffic_from_flags(traffic, per_second=per_second, input_tokens=input_tokens,
                                cache_hit_tokens=cache_hit_tokens, output_tokens=output_tokens, hours=hours,
                                diurnal=diurnal, context=context, prompt_length=prompt_length,
+                               prompt_dist=prompt_dist, output_length=output_length, output_dist=output_dist,
                                min_tokens_per_s_per_user=min_tps, max_ttft=max_ttft, prefill_ep=prefill_ep,
                                decode_ep=decode_ep, prefill_batch_tokens=prefill_batch_tokens,
                                decode_max_batch=decode_max_batch, mtp=mtp, acceptance=acceptance, overlap=overlap,

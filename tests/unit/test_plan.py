@@ -276,7 +276,7 @@ def test_ttft_target_plans_queueing_headroom():
     for ttft in (20.0, 5.0, 2.0, 1.0):
         p = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989, max_ttft_s=ttft)
         assert 0 < p.utilisation < 1 and p.limited_by == "ttft"
-        assert p.ttft_s == pytest.approx(ttft, rel=1e-9)  # M/D/1 mean TTFT sits on the target
+        assert p.ttft_s == pytest.approx(ttft, rel=1e-9)  # M/G/1 (here M/D/1) mean TTFT sits on the target
         assert p.tokens_per_s_per_node == pytest.approx(p.utilisation * p.full_load_tokens_per_s_per_node)
         assert p.tokens_per_s_per_node <= prev * (1 + 1e-12)  # a tighter target never plans more per node
         prev = p.tokens_per_s_per_node
@@ -292,3 +292,67 @@ def test_plan_with_ttft_needs_more_prefill_nodes(day_plan):
     j = r.to_dict()["prefill"]
     assert 0 < j["utilisation"] < 1 and j["ttft_kind"].startswith("mean")
     assert day_plan.to_dict()["prefill"]["utilisation"] == 1.0
+
+
+# ---- prompt / output length distributions
+def test_length_forms_parse_and_round_trip():
+    t = traffic_from_dict({**DAY, "prompt_length": {"mean": 3000, "dist": "lognormal:1.5"},
+                           "output_length": {"mean": 1000, "dist": "exp"}})
+    assert t.prompt.cv == pytest.approx(1.5) and t.prompt.moment_ratio() == pytest.approx(3000 * (1 + 1.5 ** 2))
+    lengths, w = t.prompt.discrete()
+    assert (w * lengths).sum() == pytest.approx(3000) and w.sum() == pytest.approx(1)
+    # context derived: E[P] + (E[O^2]/E[O] - 1) / 2 = 3000 + (2000 - 1) / 2
+    assert t.context == pytest.approx(3000 + 1999 / 2)
+    assert t.with_(hours=24).prompt == t.prompt  # to_dict -> traffic_from_dict keeps the shape
+    b = traffic_from_dict({**DAY, "prompt_length": {"bins": [[1000, 3], [20000, 1]]}})
+    assert b.prompt_length == pytest.approx(5750) and b.prompt.moment_ratio() == pytest.approx(
+        (0.75 * 1000 ** 2 + 0.25 * 20000 ** 2) / 5750)
+    assert b.with_(hours=24).prompt_bins == b.prompt_bins
+    assert traffic_from_dict({**DAY, "context": 4000}).prompt_length == 4000  # default prompt = context
+
+
+@pytest.mark.parametrize("value,words", [
+    ({"mean": 3000, "dist": "gamma"}, ("prompt_length.dist", "lognormal")),
+    ({"bins": []}, ("prompt_length.bins", "non-empty")),
+    ({"bins": [[1000]]}, ("prompt_length.bins[0]", "pair")),
+    ({"bins": [[1000, 0]]}, ("prompt_length.bins", "not all 0")),
+    ({"bins": [[0, 1]]}, ("prompt_length.bins[0][0]", ">= 1")),
+    ({"bins": [[100, 1]], "mean": 5}, ("prompt_length", "not both")),
+    ({"mean": -3}, ("prompt_length.mean", ">= 1")),
+    ({"median": 3}, ("prompt_length.median", "unknown key")),
+])
+def test_bad_length_specs_are_one_line(value, words):
+    _one_line_error(lambda: traffic_from_dict({**DAY, "prompt_length": value}), *words)
+
+
+def test_prompt_mix_costs_attention_by_its_token_weighted_length():
+    from moesim.plan import prefill_capacity
+    from moesim.traffic import LengthDist, PrefillPool
+    mix = LengthDist(5750.0, "bins", ((1000.0, 0.75), (20000.0, 0.25)))
+    a = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt=mix, cached_share=0.3)
+    b = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=mix.moment_ratio(), cached_share=0.3)
+    assert a.full_load_tokens_per_s_per_node == pytest.approx(b.full_load_tokens_per_s_per_node, rel=1e-12)
+    fixed = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=5750.0, cached_share=0.3)
+    assert a.full_load_tokens_per_s_per_node < fixed.full_load_tokens_per_s_per_node
+
+
+def test_spread_prompts_need_more_ttft_headroom():
+    from moesim.plan import prefill_capacity
+    from moesim.traffic import LengthDist, PrefillPool
+    kw = dict(prompt_length=4989.0, max_ttft_s=3.0)
+    fixed = prefill_capacity("deepseek-v3", "h800", PrefillPool(), **kw)
+    spread = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt=LengthDist(4989.0, "exp"), **kw)
+    assert spread.ttft_s == pytest.approx(3.0, rel=1e-9)
+    assert spread.tokens_per_s_per_node < fixed.tokens_per_s_per_node
+
+
+def test_cli_length_flags(tmp_path):
+    r = run_cli("plan", "--input-tokens", "608e9", "--cache-hit-tokens", "342e9", "--output-tokens", "168e9",
+                "--prompt-length", "3000", "--prompt-dist", "exp", "--output-length", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["traffic"]["prompt_length"] == {"mean": 3000.0, "dist": "exp"}
+    assert d["traffic"]["context"] == pytest.approx(3000 + 999 / 2)
+    assert d["prefill"]["attention_context"] == pytest.approx(2 * 3000 * (1 + 342 / 608))
+    r = run_cli("plan", "--input-tokens", "1e9", "--output-tokens", "1e8", "--output-dist", "exp")
+    assert r.returncode == 2 and "--output-length" in r.stderr and "\n" not in r.stderr.strip()
