@@ -196,9 +196,15 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
     if prompt is None:
         prompt = LengthDist(_finite("prompt_length", prompt_length, 1, 1e8))
     m, h = _specs(model, hardware, set)
+    attn_context = prompt.moment_ratio() * (1.0 + c)
+    if attn_context > m.max_context:
+        raise ConfigError(f"prompt_length: the attention of this prompt mix ({prompt.describe()}, {c:.0%} cached) "
+                          f"equals one prompt of {attn_context:,.0f} tokens (E[P^2]/E[P] x (1 + cached share)), "
+                          f"beyond {m.name}'s max_context = {m.max_context:,}; allowed a shorter mean or a "
+                          f"narrower distribution")
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
     grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=cand,
-                        context=prompt.moment_ratio() * (1.0 + c), mtp=0, acceptance=0.0,
+                        context=attn_context, mtp=0, acceptance=0.0,
                         redundant=pool.redundant_experts)
     _check(m, h, grid, "prefill", "prefill")
     ev, ns = evaluate_grid(m, h, grid, phase="prefill", overlap=pool.overlap, cost_mode=cost_mode, comm=pool.comm,

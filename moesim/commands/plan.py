@@ -30,15 +30,12 @@ def traffic_from_flags(traffic_file: Optional[Path] = None, *, per_second: bool 
             "decode": {"max_batch": decode_max_batch, "mtp": mtp, "acceptance": acceptance, "overlap": overlap,
                        "redundant_experts": redundant_experts}}
     for key, mean, dist in (("prompt_length", prompt_length, prompt_dist), ("output_length", output_length, output_dist)):
-        if dist is not None:  # a shape on the file's (or the given) mean
+        if dist is not None:  # a shape on the given, the file's, or (prompt) the context's mean
             cur = data.get(key)
             base = mean if mean is not None else (cur.get("mean") if isinstance(cur, dict) else cur)
-            if base is None and key == "prompt_length":
-                base = over["context"] if over["context"] is not None else data.get("context")
-            if base is None:
-                flag = "--" + key.replace("_", "-")
-                raise ConfigError(f"--{key.split('_')[0]}-dist: needs a mean length; give {flag}")
-            over[key] = {"mean": base, "dist": dist}
+            if base is None and key == "output_length":
+                raise ConfigError("--output-dist: needs a mean length; give --output-length")
+            over[key] = {"dist": dist} if base is None else {"mean": base, "dist": dist}
             data.pop(key, None)
         elif mean is not None:
             over[key] = mean

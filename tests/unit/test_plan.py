@@ -356,3 +356,11 @@ def test_cli_length_flags(tmp_path):
     assert d["prefill"]["attention_context"] == pytest.approx(2 * 3000 * (1 + 342 / 608))
     r = run_cli("plan", "--input-tokens", "1e9", "--output-tokens", "1e8", "--output-dist", "exp")
     assert r.returncode == 2 and "--output-length" in r.stderr and "\n" not in r.stderr.strip()
+
+
+def test_prompt_mix_beyond_max_context_is_one_line():
+    t = traffic_from_dict({**DAY, "prompt_length": {"mean": 5000, "dist": "lognormal:100"}})
+    _one_line_error(lambda: plan(t), "prompt_length", "max_context", "narrower")
+    r = run_cli("plan", "--input-tokens", "1e9", "--output-tokens", "1e8", "--prompt-dist", "exp", "--json")
+    assert r.returncode == 0, r.stderr  # the shape goes on the default mean (= context)
+    assert json.loads(r.stdout)["traffic"]["prompt_length"] == {"mean": 4989.0, "dist": "exp"}
