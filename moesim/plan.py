@@ -195,6 +195,9 @@ def prefill_capacity(model, hardware, pool: PrefillPool = PrefillPool(), *, prom
         raise ConfigError(f"cached_share: {cached_share!r}; allowed >= 0 and < 1 (some prompt tokens must be computed)")
     if prompt is None:
         prompt = LengthDist(_finite("prompt_length", prompt_length, 1, 1e8))
+    elif not isinstance(prompt, LengthDist):  # a number, {mean, dist} or {bins} as in the traffic YAML
+        from moesim.traffic import _length
+        prompt = _length("", "prompt", prompt)
     m, h = _specs(model, hardware, set)
     attn_context = prompt.moment_ratio() * (1.0 + c)
     if attn_context > m.max_context:
