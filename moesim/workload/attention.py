@@ -59,6 +59,15 @@ def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) ->
                   shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False})
 
 
+def _o_proj_quant(t, width, a_bytes, block):
+    """The attention output leaves its kernel in BF16; an FP8 o_proj needs a per-token-group
+    quantisation pass first (DeepSeek's decode profile shows it as its own kernel): read BF16,
+    write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit."""
+    if a_bytes >= 2:
+        return []
+    return [elementwise("o_proj_quant", t * width * (2.0 + a_bytes + (4.0 / block if block else 0.0)), stage=2)]
+
+
 def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> list[OpWork]:
     """t: tokens per GPU's DP group per micro-batch; b_req: requests (decode) or sequences (prefill)."""
     a, d, p = model.attention, model.hidden_size, model.precision
@@ -95,12 +104,14 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
                               bytes_weight=h * lat * vd * wb * np.ones_like(t),
                               bytes_act=t * h * (lat * 2.0 + vd * 2.0),
                               shape={"m": t, "n": vd * np.ones_like(t), "k": lat * np.ones_like(t), "groups": h}))
+        ops += _o_proj_quant(t, h * vd, ab, blk)
         ops.append(gemm("o_proj", t, d, h * vd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
     else:
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
         ops.append(gemm("qkv_proj", t, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
         ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill))
+        ops += _o_proj_quant(t, h * hd, ab, blk)
         ops.append(gemm("o_proj", t, d, h * hd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
     ops.append(_tp_allreduce("attn_tp_allreduce", t, d, tp, stage=2))
     ops.append(elementwise("ffn_norm", t * d * 2.0 * 2.0, stage=2))
