@@ -229,7 +229,8 @@ def run_case(case, by_id) -> list[Check]:
             m = re.fullmatch(r"ep(\d+)_(?:overlap_(\w+)|grouped_gemm(?:_(\w+))?)", key)
             scheme = (m and (m.group(2) or m.group(3)) or "five_stage").replace("_", "-")
             scheme = "serial" if scheme == "none" else scheme
-            if not m or scheme not in ("serial", "shared", "sbo", "two-batch", "five-stage"):
+            from moesim.schedule.schemes import SCHEMES
+            if not m or scheme not in SCHEMES:
                 raise SpecError(f"{case['_file']}: {cid}: expect_us key {key!r}; allowed ep<N>_overlap_<scheme> "
                                 f"or ep<N>_grouped_gemm[_<scheme>] (grouped GEMM of both micro-batches; "
                                 f"default five_stage), scheme one of none, shared, sbo, two_batch, five_stage")

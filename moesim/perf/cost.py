@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.perf import efficiency as E
-
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.types import Bound, CostMode, OpKind, Provenance, Stream
