@@ -65,13 +65,15 @@ TWO_BATCH = Scheme("two-batch", 2, (Slot(0, (1, 2, 3)), Slot(1, (1, 2, 3)), Slot
                    (CommEdge("dispatch", 0, 0, 2), CommEdge("dispatch", 1, 1, 3),
                     CommEdge("combine", 0, 2, 0, wrap=True), CommEdge("combine", 1, 3, 1, wrap=True)))
 # DeepSeek/Perplexity decode five stages, micro-batches offset by 3 stages:
-# A1 B4 A2 B5 A3 B1 A4 B2 A5 B3 — dispatch hides under the other's stage 1, combine under stage 2
+# A1 B4 A2 B5 A3 B1 A4 B2 A5 B3 — stage 3 is "Dispatch Send, Shared Expert" (seed 004): the send is
+# issued as the stage starts, so a dispatch hides under its own shared expert and the other's
+# stage 1; a combine (sent at the end of stage 4) under the other's stage 2
 FIVE_STAGE = Scheme("five-stage", 2, (
     Slot(0, (1,)), Slot(1, (4,)), Slot(0, (2,)), Slot(1, (5,)), Slot(0, (3,)),
     Slot(1, (1,), next_layer=True), Slot(0, (4,)), Slot(1, (2,), next_layer=True), Slot(0, (5,)),
     Slot(1, (3,), next_layer=True)),
-    (CommEdge("dispatch", 0, 4, 6), CommEdge("combine", 0, 6, 8),
-     CommEdge("dispatch", 1, 9, 1, wrap=True), CommEdge("combine", 1, 1, 3)))
+    (CommEdge("dispatch", 0, 3, 6), CommEdge("combine", 0, 6, 8),
+     CommEdge("dispatch", 1, 8, 1, wrap=True), CommEdge("combine", 1, 1, 3)))
 
 SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
 
