@@ -7,6 +7,7 @@ CLI start-up included). Targets (issue 5): >= 1,000,000 configs/s and < 2 s.
 
 --profile prints the top functions of one calibrated pass (cProfile, by own time).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,15 +38,24 @@ def pin_one_core():
 
 def decode_grid(n_target: int):
     """~n_target valid DeepSeek-V3 decode configurations (tp x ep x batch x context x acceptance)."""
-    from moesim.grid import Grid
+    from moesim.grid.core import Grid
 
     tp, ep = [1, 2, 4, 8], [8, 16, 32, 64, 128, 256]
     batch = np.arange(1, 257)
     per_ctx = len(tp) * len(ep) * batch.size * 2  # x mtp {0, 1}
     n_ctx = max(1, int(np.ceil(n_target / per_ctx / 4)))
     context = np.linspace(512, 32768, n_ctx).round()
-    g = Grid.product(tp=tp, dp=[np.nan], ep=ep, moe_tp=[1], batch=batch, context=context, mtp=[0, 1],
-                     acceptance=[0.6, 0.7, 0.8, 0.9], redundant=[0])
+    g = Grid.product(
+        tp=tp,
+        dp=[np.nan],
+        ep=ep,
+        moe_tp=[1],
+        batch=batch,
+        context=context,
+        mtp=[0, 1],
+        acceptance=[0.6, 0.7, 0.8, 0.9],
+        redundant=[0],
+    )
     return Grid(**{**g.to_dict(), "dp": g.ep / g.tp})
 
 
@@ -54,8 +64,7 @@ def run_engine(model, hw, grid, cost_mode, chunk, overlap=None):
 
     t0 = time.perf_counter()
     for s in range(0, grid.size, chunk):
-        evaluate_grid(model, hw, grid.take(slice(s, s + chunk)), phase="decode", cost_mode=cost_mode,
-                      overlap=overlap)
+        evaluate_grid(model, hw, grid.take(slice(s, s + chunk)), phase="decode", cost_mode=cost_mode, overlap=overlap)
     return time.perf_counter() - t0
 
 
@@ -67,15 +76,17 @@ def main():
     ap.add_argument("--no-tune-malloc", action="store_true", help="keep glibc malloc defaults (see tune_malloc)")
     a = ap.parse_args()
 
+    from moesim.analyses.sweep import tune_malloc
     from moesim.api import resolve_specs
-    from moesim.grid import Grid
-    from moesim.config import check_grid
-
-    from moesim.sweep import tune_malloc
+    from moesim.grid.core import Grid
+    from moesim.grid.validity import check_grid
 
     print(pin_one_core())
-    print("malloc tuned (moesim.sweep.tune_malloc, as the CLI does)" if not a.no_tune_malloc and tune_malloc()
-          else "glibc malloc defaults")
+    print(
+        "malloc tuned (moesim.analyses.sweep.tune_malloc, as the CLI does)"
+        if not a.no_tune_malloc and tune_malloc()
+        else "glibc malloc defaults"
+    )
     m, h = resolve_specs("deepseek-v3", "h800")
     g = decode_grid(a.n)
     ok, _ = check_grid(m, h, g, "decode")
@@ -89,31 +100,50 @@ def main():
             run_engine(m, h, one, cm, 1)
         print(f"  fixed cost of one evaluate_grid call ({cm}): {(time.perf_counter() - t0) / 5 * 1e3:.1f} ms")
     from moesim.api import _dedupe
-    distinct = sum(len(d[0]) if (d := _dedupe(g.take(slice(s, s + a.chunk)))) else min(a.chunk, g.size - s)
-                   for s in range(0, g.size, a.chunk))
-    print(f"  ({distinct:,} rows differ in more than MTP acceptance. The engine prices every op once per "
-          f"distinct row it depends on (acceptance: metrics only; context: attention core only) - exact, "
-          f"tests/unit/test_engine.py)")
+
+    distinct = sum(
+        len(d[0]) if (d := _dedupe(g.take(slice(s, s + a.chunk)))) else min(a.chunk, g.size - s)
+        for s in range(0, g.size, a.chunk)
+    )
+    print(
+        f"  ({distinct:,} rows differ in more than MTP acceptance. The engine prices every op once per "
+        f"distinct row it depends on (acceptance: metrics only; context: attention core only) - exact, "
+        f"tests/unit/test_engine.py)"
+    )
     g1 = Grid(**{**g.to_dict(), "acceptance": np.full(g.size, 0.8)})  # every row distinct: no sharing
     for cm in ("roofline", "calibrated"):
         for ov, label in ((None, "default overlap (engine default)"), ("five-stage", "overlap five-stage")):
             dt = run_engine(m, h, g, cm, a.chunk, ov)
             print(f"  evaluate_grid {cm:10s} {label:34s} {dt:6.2f} s  {g.size / dt:12,.0f} configs/s")
         dt = run_engine(m, h, g1.take(slice(0, g.size // 4)), cm, a.chunk, None)
-        print(f"  evaluate_grid {cm:10s} {'default overlap, one acceptance':34s} {dt:6.2f} s  "
-              f"{g.size // 4 / dt:12,.0f} configs/s (grid without an acceptance axis)")
+        print(
+            f"  evaluate_grid {cm:10s} {'default overlap, one acceptance':34s} {dt:6.2f} s  "
+            f"{g.size // 4 / dt:12,.0f} configs/s (grid without an acceptance axis)"
+        )
 
-    from moesim.sweep import sweep
+    from moesim.analyses.sweep import sweep
+
     t0 = time.perf_counter()
-    df = sweep(m, h, "decode", {"tp": [1, 2, 4, 8], "ep": [8, 16, 32, 64, 128, 256], "batch": list(range(1, 257)),
-                                "context": list(np.linspace(512, 32768, 25).round()), "mtp": [0, 1],
-                                "acceptance": [0.6, 0.7, 0.8, 0.9]})
+    df = sweep(
+        m,
+        h,
+        "decode",
+        {
+            "tp": [1, 2, 4, 8],
+            "ep": [8, 16, 32, 64, 128, 256],
+            "batch": list(range(1, 257)),
+            "context": list(np.linspace(512, 32768, 25).round()),
+            "mtp": [0, 1],
+            "acceptance": [0.6, 0.7, 0.8, 0.9],
+        },
+    )
     dt = time.perf_counter() - t0
-    print(f"  moesim.sweep (DataFrame incl.) {len(df):,} rows {dt:6.2f} s  {len(df) / dt:12,.0f} configs/s")
+    print(f"  moesim.analyses.sweep (DataFrame incl.) {len(df):,} rows {dt:6.2f} s  {len(df) / dt:12,.0f} configs/s")
 
     if a.profile:
         import cProfile
         import pstats
+
         sub = g.take(slice(0, min(g.size, 8 * a.chunk)))
         pr = cProfile.Profile()
         pr.enable()
@@ -132,8 +162,10 @@ def main():
             print(p.stderr)
             break
     last = [ln for ln in p.stdout.splitlines() if "configurations" in ln]
-    print(f"`moesim sweep` default DeepSeek-V3 space: wall {min(walls):.2f} s (best of {len(walls)}; "
-          f"CLI start-up included) - {last[0] if last else ''}")
+    print(
+        f"`moesim sweep` default DeepSeek-V3 space: wall {min(walls):.2f} s (best of {len(walls)}; "
+        f"CLI start-up included) - {last[0] if last else ''}"
+    )
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "moesim.cli", "--help"], cwd=ROOT, capture_output=True)
     print(f"`moesim --help` wall {time.perf_counter() - t0:.2f} s")

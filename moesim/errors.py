@@ -15,3 +15,57 @@ class ConfigError(MoesimError):
 
 class CalibrationError(MoesimError):
     """A calibration CSV or profile is invalid or does not match."""
+
+
+def check_number(
+    name: str,
+    v,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    integer: bool = False,
+    allow_none: bool = False,
+    where: str = "",
+    error: type[MoesimError] = ConfigError,
+):
+    """The one number validator: -> float (int when ``integer``), or None when allowed.
+
+    Raises ``error`` with one line naming the field (``where`` + ``name``) and the allowed range.
+    Booleans are not numbers; strings holding a number are read (PyYAML reads 608.0e9 as a string)."""
+    import math
+
+    rng = range_text(lo, hi, lo_open, integer)
+    if v is None:
+        if allow_none:
+            return None
+        raise error(f"{where}{name}: required (a number); allowed {rng}")
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        raise error(f"{where}{name}: {v!r} is not a number; allowed {rng}")
+    if isinstance(v, str):
+        try:
+            v = float(v.replace("_", ""))
+        except ValueError:
+            raise error(f"{where}{name}: {v!r} is not a number; allowed {rng}") from None
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise error(f"{where}{name}: {v!r} is not a number; allowed {rng}") from None
+    if not math.isfinite(x):
+        raise error(f"{where}{name}: must be finite; allowed {rng}")
+    if integer and x != round(x):
+        raise error(f"{where}{name}: {x:g} is not an integer; allowed {rng}")
+    if (lo is not None and (x < lo or (lo_open and x == lo))) or (hi is not None and x > hi):
+        raise error(f"{where}{name}: {x:g} is out of range; allowed {rng}")
+    return int(round(x)) if integer else x
+
+
+def range_text(lo=None, hi=None, lo_open=False, integer=False) -> str:
+    """'an integer >= 1 and <= 16', 'a number > 0', ... (for error messages)."""
+    kind = "an integer" if integer else "a number"
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        parts.append(f"<= {hi:g}")
+    return f"{kind} {' and '.join(parts)}".strip()

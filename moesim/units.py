@@ -55,3 +55,38 @@ def fmt_bytes(b: float) -> str:
         if abs(b) >= f:
             return f"{b / f:.2f} {unit}"
     return f"{b:.0f} B"
+
+
+def jsonable(o, *, squeeze: bool = False):
+    """The one JSON cleaner: numpy scalars/arrays -> Python numbers/lists, non-finite floats -> None
+    (strict JSON has no NaN/Infinity), booleans stay booleans, dict keys -> str, paths/enums -> str.
+    ``squeeze``: a one-element array becomes its scalar (per-configuration values of one estimate)."""
+    import math
+    from enum import Enum
+    from pathlib import PurePath
+
+    import numpy as np
+
+    if o is None or isinstance(o, (bool, str)):
+        return o
+    if isinstance(o, dict):
+        return {str(k): jsonable(v, squeeze=squeeze) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [jsonable(v, squeeze=squeeze) for v in o]
+    if isinstance(o, np.ndarray):
+        if squeeze and o.size == 1:
+            return jsonable(o.reshape(-1)[0])
+        return [jsonable(v) for v in o.reshape(-1).tolist()] if squeeze else jsonable(o.tolist())
+    if isinstance(o, np.generic):
+        o = o.item()
+        if isinstance(o, (bool, str)):
+            return o
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, int):
+        return o
+    if isinstance(o, Enum):
+        return o.value
+    if isinstance(o, PurePath):
+        return str(o)
+    return o

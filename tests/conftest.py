@@ -15,8 +15,7 @@ def seed_cases():
 
 
 def run_cli(*args, check=False):
-    p = subprocess.run([sys.executable, "-m", "moesim.cli", *map(str, args)], capture_output=True, text=True,
-                       cwd=ROOT)
+    p = subprocess.run([sys.executable, "-m", "moesim.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT)
     if check and p.returncode != 0:
         raise AssertionError(p.stderr)
     return p

@@ -28,6 +28,7 @@ unchanged), so the result is never worse than naive. ``naive_kept`` flags those 
 Units: loads are whatever the caller measures (tokens routed per expert, or shares); the
 functions only use ratios.
 """
+
 from __future__ import annotations
 
 import csv
@@ -218,8 +219,12 @@ def _validate(w: np.ndarray, num_slots, num_groups, num_nodes, num_gpus) -> None
     if np.any(w < 0):
         raise ConfigError("weight: contains negative loads; expert loads must be >= 0")
     e = w.shape[1]
-    for name, v in (("num_slots", num_slots), ("num_groups", num_groups),
-                    ("num_nodes", num_nodes), ("num_gpus", num_gpus)):
+    for name, v in (
+        ("num_slots", num_slots),
+        ("num_groups", num_groups),
+        ("num_nodes", num_nodes),
+        ("num_gpus", num_gpus),
+    ):
         if int(v) != v or v < 1:
             raise ConfigError(f"{name}: {v!r} must be a positive integer")
     if num_slots < e:
@@ -235,8 +240,7 @@ def _validate(w: np.ndarray, num_slots, num_groups, num_nodes, num_gpus) -> None
 # ----------------------------------------------------------------------------- public
 
 
-def rebalance_experts(weight, num_slots: int, num_groups: int = 1, num_nodes: int = 1,
-                      num_gpus: int = 1) -> EplbResult:
+def rebalance_experts(weight, num_slots: int, num_groups: int = 1, num_nodes: int = 1, num_gpus: int = 1) -> EplbResult:
     """EPLB placement for per-layer expert loads ``weight[layers, experts]``.
 
     Hierarchical policy when ``num_groups % num_nodes == 0`` (groups packed to nodes,
@@ -267,8 +271,9 @@ def rebalance_experts(weight, num_slots: int, num_groups: int = 1, num_nodes: in
     # (1) pack groups onto nodes (EPLB step 1); relabel experts node-major ("mlog")
     group_load = w.reshape(layers, groups, group_size).sum(axis=2)
     g_pack, g_rank = _pack(group_load, nodes)
-    log2mlog = (((g_pack * groups_per_node + g_rank) * group_size)[:, :, None]
-                + np.arange(group_size)).reshape(layers, experts)
+    log2mlog = (((g_pack * groups_per_node + g_rank) * group_size)[:, :, None] + np.arange(group_size)).reshape(
+        layers, experts
+    )
     mlog2log = _inverse(log2mlog)
     # (2) replicate inside each node (rows = layers x nodes)
     w_mlog = np.take_along_axis(w, mlog2log, axis=1).reshape(layers * nodes, exp_per_node)
@@ -278,8 +283,9 @@ def rebalance_experts(weight, num_slots: int, num_groups: int = 1, num_nodes: in
     pack, rank = _pack(w_phy, num_gpus // nodes)
     pphy2phy = _inverse(pack * per_gpu + rank)
     pphy2mlog = np.take_along_axis(phy2mlog, pphy2phy, axis=1)
-    pphy2mlog = (pphy2mlog.reshape(layers, nodes, slots_per_node)
-                 + (np.arange(nodes) * exp_per_node)[None, :, None]).reshape(layers, num_slots)
+    pphy2mlog = (
+        pphy2mlog.reshape(layers, nodes, slots_per_node) + (np.arange(nodes) * exp_per_node)[None, :, None]
+    ).reshape(layers, num_slots)
     phy2log = np.take_along_axis(mlog2log, pphy2mlog, axis=1)
 
     # Safeguard: keep the naive placement for layers where greedy packing is worse.
@@ -346,8 +352,10 @@ def load_from_csv(path) -> np.ndarray:
         with p.open(newline="", encoding="utf-8") as f:
             lines = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ConfigError(f"load: cannot read {p} ({e.__class__.__name__}); expected a CSV of numbers "
-                          f"(rows = layers, columns = experts)") from None
+        raise ConfigError(
+            f"load: cannot read {p} ({e.__class__.__name__}); expected a CSV of numbers "
+            f"(rows = layers, columns = experts)"
+        ) from None
     for lineno, raw in enumerate(lines, start=1):
         cells = [c.strip() for c in raw]
         if not cells or all(c == "" for c in cells) or cells[0].startswith("#"):
@@ -357,11 +365,13 @@ def load_from_csv(path) -> np.ndarray:
         except ValueError:
             if not rows and lineno == 1:
                 continue  # header row
-            raise ConfigError(f"load: {p} line {lineno} has a non-numeric value; "
-                              "expected numbers (rows = layers, columns = experts)") from None
+            raise ConfigError(
+                f"load: {p} line {lineno} has a non-numeric value; expected numbers (rows = layers, columns = experts)"
+            ) from None
         if rows and len(vals) != len(rows[0]):
-            raise ConfigError(f"load: {p} line {lineno} has {len(vals)} columns, expected "
-                              f"{len(rows[0])} (one column per expert)")
+            raise ConfigError(
+                f"load: {p} line {lineno} has {len(vals)} columns, expected {len(rows[0])} (one column per expert)"
+            )
         rows.append(vals)
     if not rows:
         raise ConfigError(f"load: {p} is empty; expected rows = layers, columns = experts")

@@ -11,6 +11,7 @@ each step's wall-clock time").
 
 All functions broadcast over numpy arrays; results are floats >= 1.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -121,8 +122,9 @@ def _as_share_rows(slot_share_per_rank) -> np.ndarray:
     if s.ndim == 1:
         s = s[None, :]
     if s.ndim != 2 or s.shape[1] < 1:
-        raise ConfigError("slot_share_per_rank: must be a non-empty 1-D array of per-rank shares "
-                          "(or 2-D [layers, ranks])")
+        raise ConfigError(
+            "slot_share_per_rank: must be a non-empty 1-D array of per-rank shares (or 2-D [layers, ranks])"
+        )
     if not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ConfigError("slot_share_per_rank: shares must be finite and >= 0")
     tot = s.sum(axis=1, keepdims=True)
@@ -216,8 +218,7 @@ def expected_max_std_normal(n) -> np.ndarray:
 _SKEW_CAP = 2.0  # Cornish-Fisher is applied up to this skewness of the per-rank sum
 
 
-def dp_attention_imbalance(batch_per_rank, dp, context_mean, context_cv,
-                           context_skewness=0.0) -> np.ndarray:
+def dp_attention_imbalance(batch_per_rank, dp, context_mean, context_cv, context_skewness=0.0) -> np.ndarray:
     """E[max over dp ranks of the rank's KV tokens] / mean, each rank holding
     ``batch_per_rank`` requests whose context lengths are iid (mean ``context_mean``,
     coefficient of variation ``context_cv``, skewness ``context_skewness``).
@@ -287,8 +288,7 @@ def context_dist(spec: str) -> float:
 MAX_CONTEXT_CV = 100.0  # beyond this the lognormal moments overflow; real traffic has cv ~ 0.5-3
 
 
-def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1,
-                seed: int = 0) -> np.ndarray:
+def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1, seed: int = 0) -> np.ndarray:
     """Per-rank share of routed pairs for an ``--expert-skew`` value: "uniform", "zipf:<s>"
     (``zipf_load``, ``layers`` random permutations with ``seed``) or a path to a CSV of
     per-expert load (rows = layers). With ``redundant > 0`` the num_experts + redundant
@@ -313,8 +313,7 @@ def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers:
     elif Path(s).suffix.lower() == ".csv" or Path(s).is_file():
         load = load_from_csv(s)
         if load.shape[1] != num_experts:
-            raise ConfigError(f"expert-skew: {s} has {load.shape[1]} columns, expected "
-                              f"num_experts = {num_experts}")
+            raise ConfigError(f"expert-skew: {s} has {load.shape[1]} columns, expected num_experts = {num_experts}")
     else:
         raise ConfigError(f"expert-skew: {skew!r} is not one of uniform, zipf:<s>, <file.csv>")
     if redundant > 0:

@@ -21,15 +21,16 @@ Cross-validation: k-fold over rows (leave-one-out when a fit has <= 20 rows, els
 fixed permutation); the profile stores median / max absolute % error on held-out rows, and per
 row the in-sample and held-out errors.
 """
+
 from __future__ import annotations
 
 import copy
 import datetime as _dt
 import hashlib
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,21 +41,61 @@ from moesim.calibration.records import COLUMNS, atomic_write_text, read_csv_rows
 from moesim.calibration.routing import routing_copies
 from moesim.errors import CalibrationError, SpecError
 from moesim.perf import efficiency as E
-from moesim.workload.comm import (combine_bytes_per_token, dispatch_bytes_per_token, ring_allgather_bytes,
-                                  ring_allreduce_bytes)
+from moesim.workload.comm import (
+    combine_bytes_per_token,
+    dispatch_bytes_per_token,
+    ring_allgather_bytes,
+    ring_allreduce_bytes,
+)
 
 SCHEMA_VERSION = 1
 MIN_ROWS_OVERLAP = 6  # the 4-parameter kernel model needs more rows than parameters for a meaningful CV
 KERNEL_FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
 COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
 COLLECTIVE_OPS = ("all_reduce", "all_gather")
-NUMERIC = ["m", "n", "k", "groups", "batch", "q_len", "heads", "context", "ep", "tokens", "hidden", "topk",
-           "experts", "gpus_per_node", "topk_groups", "bytes", "time_s", "tflops", "GBps", "sms"]
-BACKEND_RANK = {"deep_gemm": 0, "flash_mla": 0, "deep_ep": 0, "pplx-nvlink": 0, "pplx-ibgda": 0, "nccl": 1,
-                "triton": 1, "torch": 2}
+NUMERIC = [
+    "m",
+    "n",
+    "k",
+    "groups",
+    "batch",
+    "q_len",
+    "heads",
+    "context",
+    "ep",
+    "tokens",
+    "hidden",
+    "topk",
+    "experts",
+    "gpus_per_node",
+    "topk_groups",
+    "bytes",
+    "time_s",
+    "tflops",
+    "GBps",
+    "sms",
+]
+BACKEND_RANK = {
+    "deep_gemm": 0,
+    "flash_mla": 0,
+    "deep_ep": 0,
+    "pplx-nvlink": 0,
+    "pplx-ibgda": 0,
+    "nccl": 1,
+    "triton": 1,
+    "torch": 2,
+}
 DTYPE_RANK = {"fp8": 0, "bf16": 1, "fp16": 2, "fp32": 3}
-MODE_ALIASES = {"ll": "deepep-ll", "low_latency": "deepep-ll", "low-latency": "deepep-ll", "normal": "deepep-normal",
-                "deepep-ll": "deepep-ll", "deepep-normal": "deepep-normal", "pplx": "pplx", "nccl": "nccl"}
+MODE_ALIASES = {
+    "ll": "deepep-ll",
+    "low_latency": "deepep-ll",
+    "low-latency": "deepep-ll",
+    "normal": "deepep-normal",
+    "deepep-ll": "deepep-ll",
+    "deepep-normal": "deepep-normal",
+    "pplx": "pplx",
+    "nccl": "nccl",
+}
 
 
 # ============================================================================ device peaks
@@ -77,30 +118,50 @@ class Peaks:
     source: str = ""
 
     @classmethod
-    def from_hardware(cls, hw) -> "Peaks":
+    def from_hardware(cls, hw) -> Peaks:
         flops = {d: hw.peak_flops(d) for d in ("fp8", "bf16", "fp16", "fp32")}
-        return cls(name=hw.name, flops=flops, hbm_Bps=hw.hbm_bw_Bps, sms=int(hw.sms),
-                   nvlink_Bps=hw.nvlink_Bps(False), rdma_Bps=hw.rdma_Bps(False), nvlink_eff_Bps=hw.nvlink_Bps(True),
-                   rdma_eff_Bps=hw.rdma_Bps(True), nvlink_latency_s=hw.nvlink_latency_s,
-                   rdma_latency_s=hw.rdma_latency_s, domain_gpus=int(hw.domain_gpus), launch_s=hw.kernel_launch_s,
-                   source=f"hardware/{hw.name}.yaml ({hw.source})")
+        return cls(
+            name=hw.name,
+            flops=flops,
+            hbm_Bps=hw.hbm_bw_Bps,
+            sms=int(hw.sms),
+            nvlink_Bps=hw.nvlink_Bps(False),
+            rdma_Bps=hw.rdma_Bps(False),
+            nvlink_eff_Bps=hw.nvlink_Bps(True),
+            rdma_eff_Bps=hw.rdma_Bps(True),
+            nvlink_latency_s=hw.nvlink_latency_s,
+            rdma_latency_s=hw.rdma_latency_s,
+            domain_gpus=int(hw.domain_gpus),
+            launch_s=hw.kernel_launch_s,
+            source=f"hardware/{hw.name}.yaml ({hw.source})",
+        )
 
     def peak(self, dtype) -> float:
         d = str(dtype or "fp8").lower()
         return float(self.flops.get(d) or self.flops.get("bf16") or max(self.flops.values()))
 
     def as_yaml(self) -> dict:
-        return {"source": self.source, "sms": self.sms, "hbm_bw_GBps": _r(self.hbm_Bps / 1e9),
-                "tflops": {k: _r(v / 1e12) for k, v in self.flops.items()},
-                "nvlink_bw_GBps": _r(self.nvlink_Bps / 1e9), "rdma_bw_GBps": _r(self.rdma_Bps / 1e9),
-                "domain_gpus": self.domain_gpus}
+        return {
+            "source": self.source,
+            "sms": self.sms,
+            "hbm_bw_GBps": _r(self.hbm_Bps / 1e9),
+            "tflops": {k: _r(v / 1e12) for k, v in self.flops.items()},
+            "nvlink_bw_GBps": _r(self.nvlink_Bps / 1e9),
+            "rdma_bw_GBps": _r(self.rdma_Bps / 1e9),
+            "domain_gpus": self.domain_gpus,
+        }
 
     @classmethod
-    def from_yaml(cls, name: str, d: dict) -> "Peaks":
-        return cls(name=name, flops={k: float(v) * 1e12 for k, v in (d.get("tflops") or {}).items()},
-                   hbm_Bps=float(d.get("hbm_bw_GBps", 0)) * 1e9, sms=int(d.get("sms", 1)),
-                   nvlink_Bps=float(d.get("nvlink_bw_GBps", 0)) * 1e9, rdma_Bps=float(d.get("rdma_bw_GBps", 0)) * 1e9,
-                   source=str(d.get("source", "")))
+    def from_yaml(cls, name: str, d: dict) -> Peaks:
+        return cls(
+            name=name,
+            flops={k: float(v) * 1e12 for k, v in (d.get("tflops") or {}).items()},
+            hbm_Bps=float(d.get("hbm_bw_GBps", 0)) * 1e9,
+            sms=int(d.get("sms", 1)),
+            nvlink_Bps=float(d.get("nvlink_bw_GBps", 0)) * 1e9,
+            rdma_Bps=float(d.get("rdma_bw_GBps", 0)) * 1e9,
+            source=str(d.get("source", "")),
+        )
 
 
 def _r(x, sig: int = 6):
@@ -139,9 +200,14 @@ def derive_peaks(name: str, df: pd.DataFrame) -> Peaks:
     if not flops:
         flops = {"fp32": 1e12}
     sms = int(np.nanmax(df.sms)) if np.isfinite(df.sms).any() else (os.cpu_count() or 1)
-    return Peaks(name=name, flops=flops, hbm_Bps=best_bw or 1e11, sms=max(sms, 1),
-                 source="derived: best throughput observed in the measurement rows (no hardware spec for "
-                        f"{name!r}); efficiencies are relative to it")
+    return Peaks(
+        name=name,
+        flops=flops,
+        hbm_Bps=best_bw or 1e11,
+        sms=max(sms, 1),
+        source="derived: best throughput observed in the measurement rows (no hardware spec for "
+        f"{name!r}); efficiencies are relative to it",
+    )
 
 
 # ============================================================================ loading rows
@@ -155,8 +221,10 @@ def load_measurements(paths: Sequence[Path]) -> pd.DataFrame:
             r["_file"] = str(p)
             rows.append(r)
     if not rows:
-        raise CalibrationError(f"{', '.join(map(str, paths)) or 'calibrate fit'}: no measurement rows; a fit needs rows "
-                               f"with kernel, shape columns and time_s (or tflops / GBps)")
+        raise CalibrationError(
+            f"{', '.join(map(str, paths)) or 'calibrate fit'}: no measurement rows; a fit needs rows "
+            f"with kernel, shape columns and time_s (or tflops / GBps)"
+        )
     df = pd.DataFrame(rows, columns=COLUMNS + ["_file"])
     for c in NUMERIC:
         given = df[c].fillna("").astype(str).str.strip() != ""
@@ -166,8 +234,10 @@ def load_measurements(paths: Sequence[Path]) -> pd.DataFrame:
         if c in ("exclude",) or not bad.any():
             continue
         i = int(np.flatnonzero(bad.values)[0])
-        raise CalibrationError(f"{df['_file'].iloc[i]}: row {i + 1}: {c} = {rows[i][c]!r}; allowed a finite number "
-                               f"> 0{' (seconds)' if c == 'time_s' else ''} or empty")
+        raise CalibrationError(
+            f"{df['_file'].iloc[i]}: row {i + 1}: {c} = {rows[i][c]!r}; allowed a finite number "
+            f"> 0{' (seconds)' if c == 'time_s' else ''} or empty"
+        )
     for c in set(COLUMNS) - set(NUMERIC):
         df[c] = df[c].fillna("").astype(str)
     return df
@@ -203,8 +273,13 @@ def kfold_indices(n: int, folds: int | None = None) -> list[np.ndarray]:
     return [np.sort(perm[i::k]) for i in range(k)]
 
 
-def cross_validate(n: int, fit: Callable[[np.ndarray], object], predict: Callable[[object, np.ndarray], np.ndarray],
-                   measured: np.ndarray, folds: int | None = None):
+def cross_validate(
+    n: int,
+    fit: Callable[[np.ndarray], object],
+    predict: Callable[[object, np.ndarray], np.ndarray],
+    measured: np.ndarray,
+    folds: int | None = None,
+):
     """Held-out relative errors per row (NaN where a fold could not be fitted)."""
     errs = np.full(n, np.nan)
     parts = kfold_indices(n, folds)
@@ -263,8 +338,10 @@ def _select(df: pd.DataFrame, kernel: str, notes: list) -> pd.DataFrame:
     best_dtype = min(d2.dtype.unique(), key=lambda x: (DTYPE_RANK.get(x, 9), x))
     d3 = d2[d2.dtype == best_dtype]
     if len(d3) < len(d):
-        notes.append(f"{kernel}: fitted the {len(d3)} rows of backend {best_backend} / dtype {best_dtype}; "
-                     f"{len(d) - len(d3)} rows of other backends/dtypes not used")
+        notes.append(
+            f"{kernel}: fitted the {len(d3)} rows of backend {best_backend} / dtype {best_dtype}; "
+            f"{len(d) - len(d3)} rows of other backends/dtypes not used"
+        )
     return d3.reset_index(drop=True)
 
 
@@ -278,15 +355,27 @@ def kernel_data(df: pd.DataFrame, family: str, peaks: Peaks, notes: list) -> Ker
     dt = d.dtype.iloc[0] or ("bf16" if family == "mla_decode" else "fp8")
     if family == "mla_decode":
         kvb = E.dtype_bytes(dt, 2.0)
-        F, b_in, b_out = E.mla_decode_work(d.batch.values, d.q_len.values, d.heads.values, d.context.values, kvb,
-                                           2.0 if kvb < 2 else kvb)
+        F, b_in, b_out = E.mla_decode_work(
+            d.batch.values, d.q_len.values, d.heads.values, d.context.values, kvb, 2.0 if kvb < 2 else kvb
+        )
         x = E.mla_ctas_per_sm(d.batch.values, d.q_len.values, d.heads.values, d.context.values, peaks.sms)
     else:
         g = np.where(np.isfinite(d.groups.values), d.groups.values, 1.0)
         F, b_in, b_out = E.gemm_work(d.m.values, d.n.values, d.k.values, g, E.dtype_bytes(dt), E.out_bytes_for(dt))
         x = E.gemm_ctas_per_sm(d.m.values, d.n.values, g, peaks.sms)
-    return KernelData(family, d, F, b_in, b_out, x, peaks.peak(dt), peaks.hbm_Bps, d.time_s.values.astype(float),
-                      dt, d.backend.iloc[0])
+    return KernelData(
+        family,
+        d,
+        F,
+        b_in,
+        b_out,
+        x,
+        peaks.peak(dt),
+        peaks.hbm_Bps,
+        d.time_s.values.astype(float),
+        dt,
+        d.backend.iloc[0],
+    )
 
 
 Q_CHOICES = (np.inf, 2.0, 1.0)  # max (overlapped), 2-norm, sum (serial); earlier entries win ties
@@ -294,8 +383,9 @@ Q_MARGIN = 0.005  # a later q must improve the held-out median by half a percent
 
 
 def _overlap_predict(p, kd: KernelData, idx, q=np.inf):
-    return E.overlap_time(kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx], kd.peak, kd.bw, p[0], p[1], p[2] * 1e-6,
-                          p[3], q)
+    return E.overlap_time(
+        kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx], kd.peak, kd.bw, p[0], p[1], p[2] * 1e-6, p[3], q
+    )
 
 
 def _overlap_fit(kd: KernelData, idx, q=np.inf):
@@ -311,8 +401,11 @@ def _overlap_fit(kd: KernelData, idx, q=np.inf):
 
 
 def _shape_cols(family: str) -> list[str]:
-    return {"gemm": ["m", "n", "k"], "grouped_gemm": ["layout", "groups", "m", "n", "k"],
-            "mla_decode": ["batch", "q_len", "heads", "context"]}[family]
+    return {
+        "gemm": ["m", "n", "k"],
+        "grouped_gemm": ["layout", "groups", "m", "n", "k"],
+        "mla_decode": ["batch", "q_len", "heads", "context"],
+    }[family]
 
 
 def fit_overlap_family(kd: KernelData, gpu: str, folds: int | None) -> dict:
@@ -320,8 +413,9 @@ def fit_overlap_family(kd: KernelData, gpu: str, folds: int | None) -> dict:
     all_idx = np.arange(n)
     best = None
     for q in Q_CHOICES:  # how loads and math combine: chosen by held-out error
-        errs, k = cross_validate(n, lambda tr, q=q: _overlap_fit(kd, tr, q),
-                                 lambda p, te, q=q: _overlap_predict(p, kd, te, q), kd.t, folds)
+        errs, k = cross_validate(
+            n, lambda tr, q=q: _overlap_fit(kd, tr, q), lambda p, te, q=q: _overlap_predict(p, kd, te, q), kd.t, folds
+        )
         med = float(np.nanmedian(np.abs(errs))) if np.isfinite(errs).any() else np.inf
         if best is None or med < best[0] - Q_MARGIN:
             best = (med, q, errs, k)
@@ -332,17 +426,36 @@ def fit_overlap_family(kd: KernelData, gpu: str, folds: int | None) -> dict:
     residuals = []
     for i, r in enumerate(kd.rows.itertuples()):
         shape = {c: (getattr(r, c) if c == "layout" else _r(getattr(r, c))) for c in cols}
-        residuals.append({"id": _row_id(r.source), **shape, "measured_us": _r(kd.t[i] * 1e6, 5),
-                          "fit_us": _r(fitted[i] * 1e6, 5), "fit_err_pct": _r((fitted[i] / kd.t[i] - 1) * 100, 3),
-                          "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None})
-    table = [[(getattr(r, c) if c == "layout" else _r(getattr(r, c))) for c in cols] + [_r(r.time_s, 6)]
-             for r in kd.rows.itertuples()]
+        residuals.append(
+            {
+                "id": _row_id(r.source),
+                **shape,
+                "measured_us": _r(kd.t[i] * 1e6, 5),
+                "fit_us": _r(fitted[i] * 1e6, 5),
+                "fit_err_pct": _r((fitted[i] / kd.t[i] - 1) * 100, 3),
+                "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None,
+            }
+        )
+    table = [
+        [(getattr(r, c) if c == "layout" else _r(getattr(r, c))) for c in cols] + [_r(r.time_s, 6)]
+        for r in kd.rows.itertuples()
+    ]
     sources = sorted({s.split(": ", 1)[1] if ": " in s else s for s in kd.rows.source})
     return {
-        "status": "fitted", "gpu": gpu, "model": "overlap_v1", "dtype": kd.dtype, "backend": kd.backend,
-        "params": {"eta_c": _r(p[0], 5), "eta_m": _r(p[1], 5), "t0_us": _r(p[2], 5), "c": _r(p[3], 5),
-                   "q": float(q) if np.isfinite(q) else float("inf")},
-        "rows": n, "cv": _cv_summary(errs, k),
+        "status": "fitted",
+        "gpu": gpu,
+        "model": "overlap_v1",
+        "dtype": kd.dtype,
+        "backend": kd.backend,
+        "params": {
+            "eta_c": _r(p[0], 5),
+            "eta_m": _r(p[1], 5),
+            "t0_us": _r(p[2], 5),
+            "c": _r(p[3], 5),
+            "q": float(q) if np.isfinite(q) else float("inf"),
+        },
+        "rows": n,
+        "cv": _cv_summary(errs, k),
         "source": f"{n} rows ({_id_span(kd.rows)}): " + " | ".join(sources),
         "residuals": residuals,
         "measurements": {"columns": cols + ["time_s"], "rows": table},
@@ -368,7 +481,7 @@ def fit_peak_family(df: pd.DataFrame, kernel: str, peaks: Peaks, gpu: str) -> di
         return None
     ec = em = None
     src = []
-    dt = (d.dtype.iloc[0] or "bf16")
+    dt = d.dtype.iloc[0] or "bf16"
     for r in d.itertuples():
         if np.isfinite(r.tflops):
             v = r.tflops * 1e12 / peaks.peak(r.dtype or dt)
@@ -380,20 +493,35 @@ def fit_peak_family(df: pd.DataFrame, kernel: str, peaks: Peaks, gpu: str) -> di
             src.append(r.source)
     if ec is None and em is None:
         return None
-    return {"status": "peak", "gpu": gpu, "model": "peak", "dtype": dt,
-            "params": {"eta_c": _r(min(ec, 1.0), 5) if ec else 1.0, "eta_m": _r(min(em, 1.0), 5) if em else 1.0},
-            "rows": len(src), "cv": {"folds": 0, "median_abs_pct": None, "max_abs_pct": None,
-                                     "note": "best-case figures without shapes: one row per parameter, no CV"},
-            "source": " | ".join(src),
-            "note": "upper bound (published 'up to' figures): eta_c = achieved TFLOPS / dense peak, "
-                    "eta_m = achieved GB/s / HBM peak, shape-independent"}
+    return {
+        "status": "peak",
+        "gpu": gpu,
+        "model": "peak",
+        "dtype": dt,
+        "params": {"eta_c": _r(min(ec, 1.0), 5) if ec else 1.0, "eta_m": _r(min(em, 1.0), 5) if em else 1.0},
+        "rows": len(src),
+        "cv": {
+            "folds": 0,
+            "median_abs_pct": None,
+            "max_abs_pct": None,
+            "note": "best-case figures without shapes: one row per parameter, no CV",
+        },
+        "source": " | ".join(src),
+        "note": "upper bound (published 'up to' figures): eta_c = achieved TFLOPS / dense peak, "
+        "eta_m = achieved GB/s / HBM peak, shape-independent",
+    }
 
 
 def fit_memcpy(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None) -> tuple[dict | None, dict | None]:
     """Elementwise memory efficiency from HBM copies (t = t0 + 2 * bytes / (W * eta_m)); launch overhead."""
     elem = launch = None
-    d = df[(df.kernel == "memcpy") & (df.op != "launch") & (df.exclude == "") & np.isfinite(df.time_s)
-           & np.isfinite(df.bytes)]
+    d = df[
+        (df.kernel == "memcpy")
+        & (df.op != "launch")
+        & (df.exclude == "")
+        & np.isfinite(df.time_s)
+        & np.isfinite(df.bytes)
+    ]
     if len(d) >= 2:
         moved = 2.0 * d.bytes.values  # read + write
         t = d.time_s.values
@@ -406,15 +534,30 @@ def fit_memcpy(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None) -> t
 
         p = fit(np.arange(len(t)))
         errs, k = cross_validate(len(t), fit, pred, t, folds)
-        elem = {"status": "fitted", "gpu": gpu, "model": "peak", "dtype": "bf16",
-                "params": {"eta_c": 1.0, "eta_m": _r(p[1], 5)}, "copy_t0_us": _r(p[0], 5), "rows": len(t),
-                "cv": _cv_summary(errs, k), "source": f"{len(t)} memcpy rows: " + d.source.iloc[0],
-                "note": "eta_m = HBM copy bandwidth (read + write) / HBM peak, from t = t0 + 2 bytes / (W eta_m)"}
-    dl = df[((df.kernel == "launch") | ((df.kernel == "memcpy") & (df.op == "launch"))) & (df.exclude == "")
-            & np.isfinite(df.time_s)]
+        elem = {
+            "status": "fitted",
+            "gpu": gpu,
+            "model": "peak",
+            "dtype": "bf16",
+            "params": {"eta_c": 1.0, "eta_m": _r(p[1], 5)},
+            "copy_t0_us": _r(p[0], 5),
+            "rows": len(t),
+            "cv": _cv_summary(errs, k),
+            "source": f"{len(t)} memcpy rows: " + d.source.iloc[0],
+            "note": "eta_m = HBM copy bandwidth (read + write) / HBM peak, from t = t0 + 2 bytes / (W eta_m)",
+        }
+    dl = df[
+        ((df.kernel == "launch") | ((df.kernel == "memcpy") & (df.op == "launch")))
+        & (df.exclude == "")
+        & np.isfinite(df.time_s)
+    ]
     if len(dl):
-        launch = {"us": _r(float(np.median(dl.time_s)) * 1e6, 4), "status": "measured", "rows": len(dl),
-                  "source": dl.source.iloc[0]}
+        launch = {
+            "us": _r(float(np.median(dl.time_s)) * 1e6, 4),
+            "status": "measured",
+            "rows": len(dl),
+            "source": dl.source.iloc[0],
+        }
     return elem, launch
 
 
@@ -429,13 +572,19 @@ def derive_elementwise(kernels: dict, df: pd.DataFrame, gpu: str) -> dict | None
         return None
     src = [s for s in best[2].split(" | ") if "GB/s" in s] or [best[2]]
     rid = _row_id(src[0])
-    return {"status": "derived", "gpu": gpu, "model": "peak", "dtype": "bf16",
-            "derived_from": f"{rid} HBM fraction" if "-" in rid else f"{best[0]} HBM fraction",
-            "params": {"eta_c": 1.0, "eta_m": best[1]}, "rows": 0,
-            "cv": {"folds": 0, "median_abs_pct": None, "max_abs_pct": None},
-            "source": src[0],
-            "note": f"derived: the best published HBM bandwidth fraction on this GPU ({best[0]} memory-bound peak); "
-                    "norms/activations are streaming kernels bounded by the same HBM; an upper bound"}
+    return {
+        "status": "derived",
+        "gpu": gpu,
+        "model": "peak",
+        "dtype": "bf16",
+        "derived_from": f"{rid} HBM fraction" if "-" in rid else f"{best[0]} HBM fraction",
+        "params": {"eta_c": 1.0, "eta_m": best[1]},
+        "rows": 0,
+        "cv": {"folds": 0, "median_abs_pct": None, "max_abs_pct": None},
+        "source": src[0],
+        "note": f"derived: the best published HBM bandwidth fraction on this GPU ({best[0]} memory-bound peak); "
+        "norms/activations are streaming kernels bounded by the same HBM; an upper bound",
+    }
 
 
 # ============================================================================ collective fits
@@ -448,11 +597,21 @@ class A2AData:
 
 
 def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
-    kernel_modes = {"deepep-ll": ("deepep", {"ll", "deepep-ll"}), "deepep-normal": ("deepep", {"normal", "deepep-normal"}),
-                    "pplx": ("pplx", {"pplx"}), "nccl": ("nccl_all_to_all", {"nccl"})}
+    kernel_modes = {
+        "deepep-ll": ("deepep", {"ll", "deepep-ll"}),
+        "deepep-normal": ("deepep", {"normal", "deepep-normal"}),
+        "pplx": ("pplx", {"pplx"}),
+        "nccl": ("nccl_all_to_all", {"nccl"}),
+    }
     kernel, modes = kernel_modes[mode]
-    d = df[(df.kernel == kernel) & df["mode"].isin(modes) & (df.op == op) & (df.exclude == "")
-           & np.isfinite(df.time_s) & (df.time_s > 0)].reset_index(drop=True)
+    d = df[
+        (df.kernel == kernel)
+        & df["mode"].isin(modes)
+        & (df.op == op)
+        & (df.exclude == "")
+        & np.isfinite(df.time_s)
+        & (df.time_s > 0)
+    ].reset_index(drop=True)
     if d.empty:
         return None
     rdma = np.zeros(len(d))
@@ -461,9 +620,14 @@ def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
         hidden = r.hidden if np.isfinite(r.hidden) else 7168
         per = dispatch_bytes_per_token(int(hidden)) if op == "dispatch" else combine_bytes_per_token(int(hidden))
         groups = r.topk_groups if np.isfinite(r.topk_groups) else None
-        rc, nc = routing_copies(mode, r.ep, r.gpus_per_node if np.isfinite(r.gpus_per_node) else 8,
-                                r.experts if np.isfinite(r.experts) else 256, int(r.topk) if np.isfinite(r.topk) else 8,
-                                groups)
+        rc, nc = routing_copies(
+            mode,
+            r.ep,
+            r.gpus_per_node if np.isfinite(r.gpus_per_node) else 8,
+            r.experts if np.isfinite(r.experts) else 256,
+            int(r.topk) if np.isfinite(r.topk) else 8,
+            groups,
+        )
         rdma[i] = r.tokens * float(rc) * per
         nvl[i] = r.tokens * float(nc) * per
     return A2AData(d, rdma, nvl, d.time_s.values.astype(float))
@@ -503,8 +667,9 @@ def _a2a_variant(ad: A2AData, peaks: Peaks, two_alpha: bool, prior: float):
                 r = np.concatenate([r, prior * np.log([p[1] / r_eff, p[2] / n_eff])])
             return r
 
-        starts = [[a, f, g] + ([a] if two_alpha else []) for a in (1.0, 20.0, 0.5 * tmin) for f, g in
-                  ((0.8, 0.7), (0.3, 0.3))]
+        starts = [
+            [a, f, g] + ([a] if two_alpha else []) for a in (1.0, 20.0, 0.5 * tmin) for f, g in ((0.8, 0.7), (0.3, 0.3))
+        ]
         return _lsq(res, starts, np.array(lo), np.array(hi))
 
     return fit, pred, unpack
@@ -557,19 +722,34 @@ def fit_a2a_by_ep(ad: A2AData, gpu: str) -> dict | None:
         errs[test] = E.alpha_beta_a2a(a, ad.rdma_bytes[test], ad.nvl_bytes[test], rb, nb) / ad.t[test] - 1.0
     a, rb, nb = E.by_ep_params(knots_all, ep)
     fitted = E.alpha_beta_a2a(a, ad.rdma_bytes, ad.nvl_bytes, rb, nb)
-    residuals = [{"id": _row_id(r.source), "ep": _r(r.ep), "tokens": _r(r.tokens), "backend": r.backend,
-                  "measured_us": _r(ad.t[i] * 1e6, 5), "fit_us": _r(fitted[i] * 1e6, 5),
-                  "fit_err_pct": _r((fitted[i] / ad.t[i] - 1) * 100, 3),
-                  "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None}
-                 for i, r in enumerate(ad.rows.itertuples())]
+    residuals = [
+        {
+            "id": _row_id(r.source),
+            "ep": _r(r.ep),
+            "tokens": _r(r.tokens),
+            "backend": r.backend,
+            "measured_us": _r(ad.t[i] * 1e6, 5),
+            "fit_us": _r(fitted[i] * 1e6, 5),
+            "fit_err_pct": _r((fitted[i] / ad.t[i] - 1) * 100, 3),
+            "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None,
+        }
+        for i, r in enumerate(ad.rows.itertuples())
+    ]
     sources = sorted({s.split(": ", 1)[1] if ": " in s else s for s in ad.rows.source})
-    return {"status": "fitted", "gpu": gpu, "model": "alpha_beta_by_ep",
-            "params": {k: [None if v is None else _r(v, 5) for v in vals] for k, vals in knots_all.items()},
-            "rows": n, "cv": _cv_summary(errs, len(eps)), "cv_method": "leave-one-EP-out",
-            "source": f"{n} rows ({_id_span(ad.rows)}): " + " | ".join(sources), "residuals": residuals,
-            "note": "time = alpha(EP) + max(rdma_bytes / rdma_Bps(EP), nvlink_bytes / nvlink_Bps); alpha and "
-                    "time per byte piecewise-linear in log2(EP) between the measured EPs (clamped outside), each "
-                    "EP's pair solved from its 1- and 128-token rows; CV holds out one whole EP"}
+    return {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": "alpha_beta_by_ep",
+        "params": {k: [None if v is None else _r(v, 5) for v in vals] for k, vals in knots_all.items()},
+        "rows": n,
+        "cv": _cv_summary(errs, len(eps)),
+        "cv_method": "leave-one-EP-out",
+        "source": f"{n} rows ({_id_span(ad.rows)}): " + " | ".join(sources),
+        "residuals": residuals,
+        "note": "time = alpha(EP) + max(rdma_bytes / rdma_Bps(EP), nvlink_bytes / nvlink_Bps); alpha and "
+        "time per byte piecewise-linear in log2(EP) between the measured EPs (clamped outside), each "
+        "EP's pair solved from its 1- and 128-token rows; CV holds out one whole EP",
+    }
 
 
 def fit_a2a(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior: float = PRIOR_WEIGHT) -> dict:
@@ -601,30 +781,56 @@ def fit_a2a_global(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior
     _, two, fit, pred, unpack, errs, k = best
     p = fit(np.arange(n))
     fitted = pred(p, np.arange(n))
-    residuals = [{"id": _row_id(r.source), "ep": _r(r.ep), "tokens": _r(r.tokens), "backend": r.backend,
-                  "measured_us": _r(ad.t[i] * 1e6, 5), "fit_us": _r(fitted[i] * 1e6, 5),
-                  "fit_err_pct": _r((fitted[i] / ad.t[i] - 1) * 100, 3),
-                  "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None}
-                 for i, r in enumerate(ad.rows.itertuples())]
+    residuals = [
+        {
+            "id": _row_id(r.source),
+            "ep": _r(r.ep),
+            "tokens": _r(r.tokens),
+            "backend": r.backend,
+            "measured_us": _r(ad.t[i] * 1e6, 5),
+            "fit_us": _r(fitted[i] * 1e6, 5),
+            "fit_err_pct": _r((fitted[i] / ad.t[i] - 1) * 100, 3),
+            "cv_err_pct": _r(errs[i] * 100, 3) if np.isfinite(errs[i]) else None,
+        }
+        for i, r in enumerate(ad.rows.itertuples())
+    ]
     a, rb, nb, ai = unpack(p)
     r_nom = peaks.rdma_Bps or 1e11
     n_nom = peaks.nvlink_Bps or r_nom
     params = {"alpha_us": _r(a * 1e6 if a > 1e-10 else 0.0, 5)}
     if two:
         params["alpha_intra_us"] = _r(ai * 1e6 if ai > 1e-10 else 0.0, 5)
-    params.update({"rdma_GBps": _r(rb / 1e9, 5), "nvlink_GBps": _r(nb / 1e9, 5),
-                   "rdma_frac_nominal": _r(p[1], 5), "nvlink_frac_nominal": _r(p[2], 5)})
+    params.update(
+        {
+            "rdma_GBps": _r(rb / 1e9, 5),
+            "nvlink_GBps": _r(nb / 1e9, 5),
+            "rdma_frac_nominal": _r(p[1], 5),
+            "nvlink_frac_nominal": _r(p[2], 5),
+        }
+    )
     sources = sorted({s.split(": ", 1)[1] if ": " in s else s for s in ad.rows.source})
-    entry = {"status": "fitted", "gpu": gpu, "model": "alpha_beta_max", "params": params,
-             "nominal": {"rdma_GBps": _r(r_nom / 1e9), "nvlink_GBps": _r(n_nom / 1e9)},
-             "rows": n, "cv": _cv_summary(errs, k),
-             "source": f"{n} rows ({_id_span(ad.rows)}): " + " | ".join(sources), "residuals": residuals,
-             "note": ("time = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps), bytes from "
-                      "moesim.workload.comm under the benchmark's routing"
-                      + ("; alpha_intra_us applies when no byte crosses RDMA (EP inside one NVLink domain)"
-                         if two else "")
-                      + (f"; a weak prior (weight {prior}, log space) towards the spec's achievable bandwidths "
-                         "breaks ties where rows leave a link unidentified" if prior else ""))}
+    entry = {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": "alpha_beta_max",
+        "params": params,
+        "nominal": {"rdma_GBps": _r(r_nom / 1e9), "nvlink_GBps": _r(n_nom / 1e9)},
+        "rows": n,
+        "cv": _cv_summary(errs, k),
+        "source": f"{n} rows ({_id_span(ad.rows)}): " + " | ".join(sources),
+        "residuals": residuals,
+        "note": (
+            "time = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps), bytes from "
+            "moesim.workload.comm under the benchmark's routing"
+            + ("; alpha_intra_us applies when no byte crosses RDMA (EP inside one NVLink domain)" if two else "")
+            + (
+                f"; a weak prior (weight {prior}, log space) towards the spec's achievable bandwidths "
+                "breaks ties where rows leave a link unidentified"
+                if prior
+                else ""
+            )
+        ),
+    }
     for link, b in (("rdma", ad.rdma_bytes), ("nvlink", ad.nvl_bytes)):
         if not (b > 0).any():
             entry["note"] += f"; {link} bandwidth not identified by these rows (no bytes on that link)"
@@ -632,8 +838,13 @@ def fit_a2a_global(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior
 
 
 def fit_collective(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: int | None) -> dict | None:
-    d = df[(df.kernel == f"nccl_{op}") & (df.exclude == "") & np.isfinite(df.time_s) & np.isfinite(df.bytes)
-           & np.isfinite(df.ep)].reset_index(drop=True)
+    d = df[
+        (df.kernel == f"nccl_{op}")
+        & (df.exclude == "")
+        & np.isfinite(df.time_s)
+        & np.isfinite(df.bytes)
+        & np.isfinite(df.ep)
+    ].reset_index(drop=True)
     if len(d) < 2:
         return None
     n_ranks = d.ep.values
@@ -653,11 +864,17 @@ def fit_collective(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: int
 
     p = fit(np.arange(len(t)))
     errs, k = cross_validate(len(t), fit, pred, t, folds)
-    return {"status": "fitted", "gpu": gpu, "model": "ring_alpha_beta",
-            "params": {"alpha_us": _r(p[0], 5), "bw_efficiency": _r(p[1], 5)}, "rows": len(t),
-            "cv": _cv_summary(errs, k), "source": f"{len(t)} rows: " + d.source.iloc[0],
-            "note": "t = steps * hardware link latency + alpha + ring bytes / (bw_efficiency * achievable link "
-                    "bandwidth), the form moesim.perf.cost uses"}
+    return {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": "ring_alpha_beta",
+        "params": {"alpha_us": _r(p[0], 5), "bw_efficiency": _r(p[1], 5)},
+        "rows": len(t),
+        "cv": _cv_summary(errs, k),
+        "source": f"{len(t)} rows: " + d.source.iloc[0],
+        "note": "t = steps * hardware link latency + alpha + ring bytes / (bw_efficiency * achievable link "
+        "bandwidth), the form moesim.perf.cost uses",
+    }
 
 
 # ============================================================================ profile assembly
@@ -685,8 +902,15 @@ def _parent_entry(parents: list[dict], section: str, key: str, sub: str | None =
     return out
 
 
-def build_profile(df: pd.DataFrame, gpu: str, peaks: Peaks, parents: list[dict] | None = None,
-                  folds: int | None = None, inputs: list[dict] | None = None, device_note: str = "") -> dict:
+def build_profile(
+    df: pd.DataFrame,
+    gpu: str,
+    peaks: Peaks,
+    parents: list[dict] | None = None,
+    folds: int | None = None,
+    inputs: list[dict] | None = None,
+    device_note: str = "",
+) -> dict:
     parents = parents or []
     notes: list[str] = []
     kernels: dict = {}
@@ -695,8 +919,10 @@ def build_profile(df: pd.DataFrame, gpu: str, peaks: Peaks, parents: list[dict] 
         if kd is not None and len(kd.t) >= MIN_ROWS_OVERLAP:
             kernels[fam] = fit_overlap_family(kd, gpu, folds)
         elif kd is not None:
-            notes.append(f"{fam}: {len(kd.t)} timed rows are too few for the 4-parameter model "
-                         f"(need {MIN_ROWS_OVERLAP}); not fitted")
+            notes.append(
+                f"{fam}: {len(kd.t)} timed rows are too few for the 4-parameter model "
+                f"(need {MIN_ROWS_OVERLAP}); not fitted"
+            )
     if "mla_decode" not in kernels:
         pk = fit_peak_family(df, "mla_decode", peaks, gpu)
         if pk:
@@ -708,22 +934,30 @@ def build_profile(df: pd.DataFrame, gpu: str, peaks: Peaks, parents: list[dict] 
     if "gemm" in kernels and "bmm" not in kernels:
         g = kernels["gemm"]
         kernels["bmm"] = copy.deepcopy({k: v for k, v in g.items() if k not in ("residuals", "measurements")})
-        kernels["bmm"].update(status="derived", derived_from="gemm", cv={"folds": 0, "median_abs_pct": None,
-                                                                          "max_abs_pct": None},
-                              note="derived: the gemm fit with the batch as groups (CTAs scale with it); "
-                                   "no bmm was timed")
+        kernels["bmm"].update(
+            status="derived",
+            derived_from="gemm",
+            cv={"folds": 0, "median_abs_pct": None, "max_abs_pct": None},
+            note="derived: the gemm fit with the batch as groups (CTAs scale with it); no bmm was timed",
+        )
     if "mla_decode" in kernels:
         src = kernels["mla_decode"]
         for fam in ("mla_prefill", "attention"):
             if fam not in kernels:
-                kernels[fam] = {"status": "derived", "gpu": gpu, "model": "peak", "dtype": "bf16",
-                                "params": {"eta_c": src["params"]["eta_c"], "eta_m": src["params"]["eta_m"]},
-                                "derived_from": "mla_decode", "rows": 0,
-                                "cv": {"folds": 0, "median_abs_pct": None, "max_abs_pct": None},
-                                "source": src["source"],
-                                "note": "derived: the MLA decode kernel's efficiencies used as constants for "
-                                        "compute-bound prefill attention (no prefill attention was timed; FlashMLA's "
-                                        "sparse prefill, 640 TFLOPS on H800 (FMLA-015), is in line)"}
+                kernels[fam] = {
+                    "status": "derived",
+                    "gpu": gpu,
+                    "model": "peak",
+                    "dtype": "bf16",
+                    "params": {"eta_c": src["params"]["eta_c"], "eta_m": src["params"]["eta_m"]},
+                    "derived_from": "mla_decode",
+                    "rows": 0,
+                    "cv": {"folds": 0, "median_abs_pct": None, "max_abs_pct": None},
+                    "source": src["source"],
+                    "note": "derived: the MLA decode kernel's efficiencies used as constants for "
+                    "compute-bound prefill attention (no prefill attention was timed; FlashMLA's "
+                    "sparse prefill, 640 TFLOPS on H800 (FMLA-015), is in line)",
+                }
     if "elementwise" not in kernels:
         d = derive_elementwise(kernels, df, gpu)
         if d:
@@ -752,30 +986,44 @@ def build_profile(df: pd.DataFrame, gpu: str, peaks: Peaks, parents: list[dict] 
         if e:
             collectives[op] = e
     if launch is None:
-        launch = {"us": _r(peaks.launch_s * 1e6, 4), "status": "hardware",
-                  "source": f"hardware/{gpu}.yaml kernel_launch_us (the spec marks it derived); the profile "
-                            "reader uses the live spec value"}
+        launch = {
+            "us": _r(peaks.launch_s * 1e6, 4),
+            "status": "hardware",
+            "source": f"hardware/{gpu}.yaml kernel_launch_us (the spec marks it derived); the profile "
+            "reader uses the live spec value",
+        }
     excluded = df[df.exclude != ""]
     used = {fam: e.get("rows", 0) for fam, e in kernels.items() if e.get("status") in ("fitted", "peak")}
     used.update({f"{m}/{op}": e["rows"] for m, ops in comm.items() for op, e in ops.items() if e["status"] == "fitted"})
     used.update({op: e["rows"] for op, e in collectives.items() if e["status"] == "fitted"})
-    measured_here = sorted([f for f, e in kernels.items() if e["status"] in ("fitted", "peak")]
-                           + [m for m, ops in comm.items() if any(e["status"] == "fitted" for e in ops.values())]
-                           + [o for o, e in collectives.items() if e["status"] == "fitted"])
+    measured_here = sorted(
+        [f for f, e in kernels.items() if e["status"] in ("fitted", "peak")]
+        + [m for m, ops in comm.items() if any(e["status"] == "fitted" for e in ops.values())]
+        + [o for o, e in collectives.items() if e["status"] == "fitted"]
+    )
     inherited = {f: e["inherited_from"] for f, e in kernels.items() if e["status"] == "inherited"}
-    inherited.update({m: sorted({e["inherited_from"] for e in ops.values() if e["status"] == "inherited"})[0]
-                      for m, ops in comm.items() if any(e["status"] == "inherited" for e in ops.values())})
+    inherited.update(
+        {
+            m: sorted({e["inherited_from"] for e in ops.values() if e["status"] == "inherited"})[0]
+            for m, ops in comm.items()
+            if any(e["status"] == "inherited" for e in ops.values())
+        }
+    )
     inherited.update({o: e["inherited_from"] for o, e in collectives.items() if e["status"] == "inherited"})
     profile = {
         "schema_version": SCHEMA_VERSION,
         "gpu": gpu,
         "date": _dt.date.today().isoformat(),
         "generated_by": "moesim.calibration.fit",
-        "device_note": device_note or ("measured on this GPU" if measured_here else
-                                       f"no measurement of a {gpu} was available: every entry is inherited or derived"),
+        "device_note": device_note
+        or (
+            "measured on this GPU"
+            if measured_here
+            else f"no measurement of a {gpu} was available: every entry is inherited or derived"
+        ),
         "roofline": peaks.as_yaml(),
         "efficiency_definition": "eta = T_roofline / T_model; kernel time = max(F/(P*eta_c), B/(W*eta_m)) + launch "
-                                 "(see moesim/perf/efficiency.py)",
+        "(see moesim/perf/efficiency.py)",
         "inputs": inputs or [],
         "rows_used": {"total": int(sum(used.values())), "excluded_rows": int(len(excluded)), **used},
         "measured_on_this_gpu": measured_here,
@@ -794,17 +1042,38 @@ def cv_table(profile: dict) -> list[dict]:
     out = []
     for fam, e in (profile.get("kernels") or {}).items():
         if e.get("status") == "fitted" and e.get("cv", {}).get("folds"):
-            out.append({"kernel": fam, "rows": e["rows"], "folds": e["cv"]["folds"],
-                        "median_abs_pct": e["cv"]["median_abs_pct"], "max_abs_pct": e["cv"]["max_abs_pct"]})
+            out.append(
+                {
+                    "kernel": fam,
+                    "rows": e["rows"],
+                    "folds": e["cv"]["folds"],
+                    "median_abs_pct": e["cv"]["median_abs_pct"],
+                    "max_abs_pct": e["cv"]["max_abs_pct"],
+                }
+            )
     for mode, ops in (profile.get("comm") or {}).items():
         for op, e in ops.items():
             if e.get("status") == "fitted":
-                out.append({"kernel": f"{mode} {op}", "rows": e["rows"], "folds": e["cv"]["folds"],
-                            "median_abs_pct": e["cv"]["median_abs_pct"], "max_abs_pct": e["cv"]["max_abs_pct"]})
+                out.append(
+                    {
+                        "kernel": f"{mode} {op}",
+                        "rows": e["rows"],
+                        "folds": e["cv"]["folds"],
+                        "median_abs_pct": e["cv"]["median_abs_pct"],
+                        "max_abs_pct": e["cv"]["max_abs_pct"],
+                    }
+                )
     for op, e in (profile.get("collectives") or {}).items():
         if e.get("status") == "fitted":
-            out.append({"kernel": op, "rows": e["rows"], "folds": e["cv"]["folds"],
-                        "median_abs_pct": e["cv"]["median_abs_pct"], "max_abs_pct": e["cv"]["max_abs_pct"]})
+            out.append(
+                {
+                    "kernel": op,
+                    "rows": e["rows"],
+                    "folds": e["cv"]["folds"],
+                    "median_abs_pct": e["cv"]["median_abs_pct"],
+                    "max_abs_pct": e["cv"]["max_abs_pct"],
+                }
+            )
     return out
 
 
@@ -825,12 +1094,22 @@ def read_profile_dict(path: Path) -> dict:
     return read_profile_file(Path(path))
 
 
-def fit(csv_paths: Iterable[Path], gpu: str | None = None, out: Path | None = None,
-        inherit: Iterable[Path] = (), folds: int | None = None, hardware=None, device_note: str = "") -> dict:
+def fit(
+    csv_paths: Iterable[Path],
+    gpu: str | None = None,
+    out: Path | None = None,
+    inherit: Iterable[Path] = (),
+    folds: int | None = None,
+    hardware=None,
+    device_note: str = "",
+) -> dict:
     """Fit CSVs (and inherit what they do not cover) into a profile; write it atomically if `out`."""
     paths = [Path(p) for p in csv_paths]
-    df = load_measurements(paths) if paths else pd.DataFrame({c: pd.Series(dtype=float if c in NUMERIC else str)
-                                                              for c in COLUMNS})
+    df = (
+        load_measurements(paths)
+        if paths
+        else pd.DataFrame({c: pd.Series(dtype=float if c in NUMERIC else str) for c in COLUMNS})
+    )
     if gpu is None:
         if not paths:
             raise CalibrationError("fit: give --gpu when no CSV is given")
@@ -865,8 +1144,10 @@ _Dumper.add_representer(list, _repr_list)
 
 
 def dump_profile(profile: dict) -> str:
-    head = ("# moesim calibration profile: fitted by `moesim calibrate fit`; see moesim/perf/efficiency.py for the\n"
-            "# model and moesim/perf/profile.py for how it is read. Regenerate rather than edit by hand.\n")
+    head = (
+        "# moesim calibration profile: fitted by `moesim calibrate fit`; see moesim/perf/efficiency.py for the\n"
+        "# model and moesim/perf/profile.py for how it is read. Regenerate rather than edit by hand.\n"
+    )
     return head + yaml.dump(profile, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
 
 

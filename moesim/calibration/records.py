@@ -4,6 +4,7 @@ Each row is one timed kernel configuration. Shape columns that do not apply stay
 says where the number comes from (a run on this machine, or a published row id + URL); `exclude`
 holds the reason a row is kept for the record but not fitted (superseded, other kernel, ...).
 """
+
 from __future__ import annotations
 
 import csv
@@ -11,22 +12,70 @@ import io
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from moesim.errors import CalibrationError
 
 COLUMNS = [
-    "kernel", "backend", "mode", "op", "layout", "dtype",
-    "m", "n", "k", "groups", "batch", "q_len", "heads", "context",
-    "ep", "tokens", "hidden", "topk", "experts", "gpus_per_node", "topk_groups", "bytes",
-    "time_s", "tflops", "GBps",
-    "gpu", "sms", "driver", "lib_versions", "device", "date",
-    "source", "exclude", "note",
+    "kernel",
+    "backend",
+    "mode",
+    "op",
+    "layout",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "groups",
+    "batch",
+    "q_len",
+    "heads",
+    "context",
+    "ep",
+    "tokens",
+    "hidden",
+    "topk",
+    "experts",
+    "gpus_per_node",
+    "topk_groups",
+    "bytes",
+    "time_s",
+    "tflops",
+    "GBps",
+    "gpu",
+    "sms",
+    "driver",
+    "lib_versions",
+    "device",
+    "date",
+    "source",
+    "exclude",
+    "note",
 ]
 
-SHAPE_COLUMNS = ["mode", "op", "layout", "dtype", "m", "n", "k", "groups", "batch", "q_len", "heads", "context",
-                 "ep", "tokens", "hidden", "topk", "experts", "gpus_per_node", "topk_groups", "bytes"]
+SHAPE_COLUMNS = [
+    "mode",
+    "op",
+    "layout",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "groups",
+    "batch",
+    "q_len",
+    "heads",
+    "context",
+    "ep",
+    "tokens",
+    "hidden",
+    "topk",
+    "experts",
+    "gpus_per_node",
+    "topk_groups",
+    "bytes",
+]
 
 # What identifies a measurement for resume: the kernel, how it ran, where, and its shape.
 KEY_COLUMNS = ["kernel", "backend", "device", "gpu"] + SHAPE_COLUMNS
@@ -75,8 +124,10 @@ def read_csv_rows(path: Path) -> list[dict]:
     header = reader.fieldnames or []
     missing = [c for c in ("kernel", "time_s", "source") if c not in header]
     if missing:
-        raise CalibrationError(f"{path}: not a moesim measurement CSV (missing columns {', '.join(missing)}); "
-                               f"expected the columns {', '.join(COLUMNS)}")
+        raise CalibrationError(
+            f"{path}: not a moesim measurement CSV (missing columns {', '.join(missing)}); "
+            f"expected the columns {', '.join(COLUMNS)}"
+        )
     rows = []
     for r in reader:
         if None in r or any(v is None for v in r.values()):

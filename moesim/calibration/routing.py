@@ -17,12 +17,18 @@ Counting conventions of the benchmarks (needed to turn published *bandwidths* in
     dispatch, x hidden*2 for combine (test_low_latency.py), local pairs included.
 Those are conversion rules for published figures only; fits use comm.py's network bytes.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from moesim.workload.comm import (a2a_copies, expected_distinct_nodes, expected_distinct_ranks,
-                                  node_limited_world, routed_copies)
+from moesim.workload.comm import (
+    a2a_copies,
+    expected_distinct_nodes,
+    expected_distinct_ranks,
+    node_limited_world,
+    routed_copies,
+)
 
 
 def _reduced_world(ep, gpus_per_node, experts, topk_groups):
@@ -53,8 +59,7 @@ def routing_copies(mode, ep, gpus_per_node, experts, topk, topk_groups=None):
     g = np.minimum(float(gpus_per_node), ep)
     for i, e in np.ndenumerate(ep):  # benchmark rows only
         nodes = int(round(max(e / g[i], 1.0)))
-        r, n = routed_copies(mode, e, gpus_per_node, float(experts), topk, n_group=nodes,
-                             topk_group=float(topk_groups))
+        r, n = routed_copies(mode, e, gpus_per_node, float(experts), topk, n_group=nodes, topk_group=float(topk_groups))
         rdma[i], nvl[i] = float(np.ravel(r)[0]), float(np.ravel(n)[0])
     return rdma, nvl
 

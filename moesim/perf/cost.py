@@ -5,16 +5,17 @@ Williams et al. 2009; efficiencies from the calibration profile in `calibrated` 
 Collectives: alpha-beta per link class (Hockney); all-to-all runs NVLink and RDMA concurrently:
 time = alpha + max(rdma_bytes / rdma_bw, nvlink_bytes / nvlink_bw).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.enums import Bound, CostMode, OpKind, Provenance, Stream
 from moesim.perf import efficiency as E
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.types import Bound, CostMode, OpKind, Provenance, Stream
 from moesim.workload.ops import OpWork
 
 BOUND_CODES = (Bound.COMPUTE, Bound.MEMORY, Bound.NETWORK, Bound.LATENCY)
@@ -45,15 +46,25 @@ def _family(op: OpWork, model: ModelSpec) -> str:
         if model.attention.kind == AttentionKind.MLA:
             return "mla_prefill" if op.shape.get("prefill") else "mla_decode"
         return "attention"
-    return {OpKind.GEMM: "gemm", OpKind.GROUPED_GEMM: "grouped_gemm", OpKind.BMM: "bmm",
-            OpKind.ELEMENTWISE: "elementwise"}.get(op.kind, "elementwise")
+    return {
+        OpKind.GEMM: "gemm",
+        OpKind.GROUPED_GEMM: "grouped_gemm",
+        OpKind.BMM: "bmm",
+        OpKind.ELEMENTWISE: "elementwise",
+    }.get(op.kind, "elementwise")
 
 
 class CostModel:
     """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
 
-    def __init__(self, hw: HardwareSpec, model: ModelSpec, mode: CostMode = CostMode.ROOFLINE, profile=None,
-                 cuda_graphs: bool = True):
+    def __init__(
+        self,
+        hw: HardwareSpec,
+        model: ModelSpec,
+        mode: CostMode = CostMode.ROOFLINE,
+        profile=None,
+        cuda_graphs: bool = True,
+    ):
         self.hw, self.model, self.mode = hw, model, CostMode(mode)
         self.cuda_graphs = cuda_graphs
         self.profile = profile if self.mode != CostMode.ROOFLINE else None
@@ -105,8 +116,20 @@ class CostModel:
         bound = np.where(compute_s >= memory_s, 0, 1)
         bound = np.where(launch > np.maximum(compute_s, memory_s), 3, bound)
         present = np.asarray(op.present, float)
-        return OpCost(op.name, op.stream, op.stage, time_s * present, compute_s * present, memory_s * present,
-                      np.zeros(shape), bound, prov, flops * present, nbytes * present, kind=op.kind)
+        return OpCost(
+            op.name,
+            op.stream,
+            op.stage,
+            time_s * present,
+            compute_s * present,
+            memory_s * present,
+            np.zeros(shape),
+            bound,
+            prov,
+            flops * present,
+            nbytes * present,
+            kind=op.kind,
+        )
 
     # ------------------------------------------------------------------ collectives
     def comm(self, op: OpWork, comm_mode: str = "") -> OpCost:
@@ -132,8 +155,9 @@ class CostModel:
             # or one-shot/LL (every rank pushes its data to all peers at once: one latency step for
             # all-gather, two for all-reduce, (n-1) M on the wire) — NCCL tuning model.
             inside = group <= hw.domain_gpus
-            bw = np.where(inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0),
-                          hw.rdma_Bps(achievable))
+            bw = np.where(
+                inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0), hw.rdma_Bps(achievable)
+            )
             lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
             msg = np.asarray(op.shape.get("bytes", 0.0), float)
             ring_bytes = nvl + rdma
@@ -156,8 +180,21 @@ class CostModel:
         time_s = (np.broadcast_to(net, shape) + alpha) * present
         bound = np.where(np.broadcast_to(alpha, shape) > np.broadcast_to(net, shape), 3, 2)
         z = np.zeros(shape)
-        return OpCost(op.name, op.stream, op.stage, time_s, z, z, np.broadcast_to(net, shape) * present, bound, prov,
-                      z, (rdma + nvl) * present * np.ones(shape), sm_share=op.sm_share, kind=op.kind)
+        return OpCost(
+            op.name,
+            op.stream,
+            op.stage,
+            time_s,
+            z,
+            z,
+            np.broadcast_to(net, shape) * present,
+            bound,
+            prov,
+            z,
+            (rdma + nvl) * present * np.ones(shape),
+            sm_share=op.sm_share,
+            kind=op.kind,
+        )
 
     def cost(self, op: OpWork) -> OpCost:
         return self.comm(op) if op.stream == Stream.COMM else self.kernel(op)

@@ -25,6 +25,7 @@ eta_c, eta_m, u <= 1 and t0 >= 0, T_model >= T_roofline, so eta is in (0, 1].
 A "peak" model is a pair of constants (eta_c, eta_m) from published best-case figures; the cost
 model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -112,8 +113,9 @@ def expected_tiles(m, bm):
     if small.any():
         ms, bs = m[small], bm[small]
         x = np.arange(0.0, 4.0 * POISSON_EXACT_MAX)
-        pmf = np.exp(-ms)[:, None] * np.cumprod(np.concatenate(
-            [np.ones((ms.size, 1)), ms[:, None] / x[None, 1:]], axis=1), axis=1)
+        pmf = np.exp(-ms)[:, None] * np.cumprod(
+            np.concatenate([np.ones((ms.size, 1)), ms[:, None] / x[None, 1:]], axis=1), axis=1
+        )
         out[small] = (pmf * np.ceil(x[None, :] / bs[:, None])).sum(axis=1)
     big = ~small
     if big.any():

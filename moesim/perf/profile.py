@@ -14,6 +14,7 @@ max(...) reproduces the fitted time. For "peak" entries (best-case published fig
 are two constants. Efficiencies are fractions of the *live* hardware spec's peaks, so a profile
 inherited by another GPU (or a --set override of peaks) scales with that GPU's numbers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,16 +31,32 @@ SCHEMA_VERSION = 1
 FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
 COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
 COLLECTIVE_OPS = ("all_reduce", "all_gather")
-MODE_ALIASES = {"ll": "deepep-ll", "low-latency": "deepep-ll", "low_latency": "deepep-ll",
-                "normal": "deepep-normal", "deepep_ll": "deepep-ll", "deepep_normal": "deepep-normal"}
+MODE_ALIASES = {
+    "ll": "deepep-ll",
+    "low-latency": "deepep-ll",
+    "low_latency": "deepep-ll",
+    "normal": "deepep-normal",
+    "deepep_ll": "deepep-ll",
+    "deepep_normal": "deepep-normal",
+}
 MODELS = ("overlap_v1", "peak")
 MAX_GAP = 4.0  # measured_time interpolates only between points at most this ratio apart
 
 # measured_time: key columns and the interpolation axis per family
-_TABLE_AXES = {"gemm": (("n", "k"), "m"), "grouped_gemm": (("layout", "groups", "n", "k"), "m"),
-               "mla_decode": (("heads", "q_len", "batch"), "context")}
-_DEFAULT_DTYPE = {"gemm": "fp8", "grouped_gemm": "fp8", "bmm": "fp8", "mla_decode": "bf16", "mla_prefill": "bf16",
-                  "attention": "bf16", "elementwise": "bf16"}
+_TABLE_AXES = {
+    "gemm": (("n", "k"), "m"),
+    "grouped_gemm": (("layout", "groups", "n", "k"), "m"),
+    "mla_decode": (("heads", "q_len", "batch"), "context"),
+}
+_DEFAULT_DTYPE = {
+    "gemm": "fp8",
+    "grouped_gemm": "fp8",
+    "bmm": "fp8",
+    "mla_decode": "bf16",
+    "mla_prefill": "bf16",
+    "attention": "bf16",
+    "elementwise": "bf16",
+}
 
 
 def _norm_gpu(name) -> str:
@@ -80,15 +97,17 @@ def _parse_profile_file(path: Path) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise CalibrationError(f"profile {path}: corrupted YAML{where}: {problem}; regenerate it with "
-                               "`moesim calibrate fit`") from None
+        raise CalibrationError(
+            f"profile {path}: corrupted YAML{where}: {problem}; regenerate it with `moesim calibrate fit`"
+        ) from None
     if not isinstance(data, dict):
         raise CalibrationError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise CalibrationError(
             f"profile {path}: schema_version {version!r} is not supported (this moesim reads {SCHEMA_VERSION}); "
-            f"upgrade moesim, or re-fit the profile from its CSVs with `moesim calibrate fit ... --out {path}`")
+            f"upgrade moesim, or re-fit the profile from its CSVs with `moesim calibrate fit ... --out {path}`"
+        )
     _validate(data, path)
     return data
 
@@ -101,25 +120,46 @@ def _validate(data: dict, path) -> None:
 def check_profile_numbers(data: dict, path) -> None:
     """Numbers the profile reader takes on trust (launch, comm and collective parameters) must be
     finite and in range, or every step time turns NaN/inf. One CalibrationError line naming the key."""
+
     def num(where, v, lo, hi=None, lo_open=False):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) \
-            and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+        ok = (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and np.isfinite(v)
+            and (v > lo if lo_open else v >= lo)
+            and (hi is None or v <= hi)
+        )
         if not ok:
-            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None else f"{'>' if lo_open else '>='} {lo:g}"
-            raise CalibrationError(f"profile {path}: {where} = {v!r}; allowed a finite number {rng}; regenerate it "
-                                   f"with `moesim calibrate fit`")
+            rng = (
+                f"{'(' if lo_open else '['}{lo:g}, {hi:g}]" if hi is not None else f"{'>' if lo_open else '>='} {lo:g}"
+            )
+            raise CalibrationError(
+                f"profile {path}: {where} = {v!r}; allowed a finite number {rng}; regenerate it "
+                f"with `moesim calibrate fit`"
+            )
 
     launch = data.get("launch")
     if launch is not None and not isinstance(launch, dict):
-        raise CalibrationError(f"profile {path}: launch must be a mapping (us, status); regenerate it with "
-                               f"`moesim calibrate fit`")
+        raise CalibrationError(
+            f"profile {path}: launch must be a mapping (us, status); regenerate it with `moesim calibrate fit`"
+        )
     if launch and "us" in launch:
         num("launch.us", launch["us"], 0.0, 1e6)
-    limits = {"alpha_us": (0.0, 1e6, False), "alpha_intra_us": (0.0, 1e6, False), "rdma_GBps": (0.0, 1e6, True),
-              "nvlink_GBps": (0.0, 1e6, True), "rdma_frac_nominal": (0.0, 1.0, True),
-              "nvlink_frac_nominal": (0.0, 1.0, True), "bw_efficiency": (0.0, 1.0, True)}
-    entries = [(f"comm.{mode}.{op}", e) for mode, ops in (data.get("comm") or {}).items() if isinstance(ops, dict)
-               for op, e in ops.items()]
+    limits = {
+        "alpha_us": (0.0, 1e6, False),
+        "alpha_intra_us": (0.0, 1e6, False),
+        "rdma_GBps": (0.0, 1e6, True),
+        "nvlink_GBps": (0.0, 1e6, True),
+        "rdma_frac_nominal": (0.0, 1.0, True),
+        "nvlink_frac_nominal": (0.0, 1.0, True),
+        "bw_efficiency": (0.0, 1.0, True),
+    }
+    entries = [
+        (f"comm.{mode}.{op}", e)
+        for mode, ops in (data.get("comm") or {}).items()
+        if isinstance(ops, dict)
+        for op, e in ops.items()
+    ]
     entries += [(f"collectives.{op}", e) for op, e in (data.get("collectives") or {}).items()]
     for where, e in entries:
         prm = e.get("params") if isinstance(e, dict) else None
@@ -127,7 +167,7 @@ def check_profile_numbers(data: dict, path) -> None:
             required = where.startswith("collectives.") and name in ("alpha_us", "bw_efficiency")
             if isinstance(prm, dict) and (prm.get(name) is not None or required):
                 v = prm.get(name)
-                for i, x in (enumerate(v) if isinstance(v, list) else [(None, v)]):  # per-EP knots are lists
+                for i, x in enumerate(v) if isinstance(v, list) else [(None, v)]:  # per-EP knots are lists
                     if x is not None or i is None:
                         num(f"{where}.params.{name}" + ("" if i is None else f"[{i}]"), x, lo, hi, lo_open)
 
@@ -168,14 +208,22 @@ def _validate_structure(data: dict, path) -> None:
             if e.get("model") == "alpha_beta_by_ep":
                 k = e["params"]
                 n = len(k.get("ep") or [])
-                ok = n >= 2 and all(isinstance(k.get(f), list) and len(k[f]) == n for f in
-                                    ("alpha_us", "rdma_GBps", "nvlink_GBps"))
-                ok = ok and all(isinstance(x, (int, float)) and x > 0 for x in k["ep"]) and \
-                    all(isinstance(x, (int, float)) and x >= 0 for x in k["alpha_us"]) and \
-                    all(x is None or (isinstance(x, (int, float)) and x > 0) for x in k["rdma_GBps"] + k["nvlink_GBps"])
+                ok = n >= 2 and all(
+                    isinstance(k.get(f), list) and len(k[f]) == n for f in ("alpha_us", "rdma_GBps", "nvlink_GBps")
+                )
+                ok = (
+                    ok
+                    and all(isinstance(x, (int, float)) and x > 0 for x in k["ep"])
+                    and all(isinstance(x, (int, float)) and x >= 0 for x in k["alpha_us"])
+                    and all(
+                        x is None or (isinstance(x, (int, float)) and x > 0) for x in k["rdma_GBps"] + k["nvlink_GBps"]
+                    )
+                )
                 if not ok:
-                    bad(f"comm.{mode}.{op}.params: per-EP knots need equal-length lists ep, alpha_us, rdma_GBps, "
-                        "nvlink_GBps (positive numbers or null)")
+                    bad(
+                        f"comm.{mode}.{op}.params: per-EP knots need equal-length lists ep, alpha_us, rdma_GBps, "
+                        "nvlink_GBps (positive numbers or null)"
+                    )
                 continue
             for p in ("alpha_us", "rdma_GBps", "nvlink_GBps"):
                 if not isinstance(e["params"].get(p), (int, float)):
@@ -185,7 +233,7 @@ def _validate_structure(data: dict, path) -> None:
             bad(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
 
 
-def load_profile(hardware, path=None, force: bool = False) -> "Profile | None":
+def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
     """The calibration profile for `hardware` (a HardwareSpec).
 
     Default path: calibration/profiles/<hardware.name>.yaml under moesim.specs.loader.data_root();
@@ -207,8 +255,10 @@ def load_profile(hardware, path=None, force: bool = False) -> "Profile | None":
             raise CalibrationError(f"profile {path}: file does not exist")
     data = read_profile_file(path)
     if hardware is not None and _norm_gpu(data["gpu"]) != _norm_gpu(hardware.name) and not force:
-        raise CalibrationError(f"profile {path} was fitted for gpu {data['gpu']!r}, not {hardware.name!r}; "
-                               "use that GPU's profile, re-fit, or force it (--force-profile / force=True)")
+        raise CalibrationError(
+            f"profile {path} was fitted for gpu {data['gpu']!r}, not {hardware.name!r}; "
+            "use that GPU's profile, re-fit, or force it (--force-profile / force=True)"
+        )
     return Profile(data, hardware=hardware, path=path)
 
 
@@ -241,8 +291,10 @@ class Profile:
             self._flops = {k: float(v) * 1e12 for k, v in (roof.get("tflops") or {}).items()} or {"fp8": 1e15}
             self._hbm = float(roof.get("hbm_bw_GBps", 1000.0)) * 1e9
             self._sms = int(roof.get("sms", 132))
-            self._nom = {"rdma": float(roof.get("rdma_bw_GBps", 0)) * 1e9,
-                         "nvlink": float(roof.get("nvlink_bw_GBps", 0)) * 1e9}
+            self._nom = {
+                "rdma": float(roof.get("rdma_bw_GBps", 0)) * 1e9,
+                "nvlink": float(roof.get("nvlink_bw_GBps", 0)) * 1e9,
+            }
         launch = data.get("launch") or {}
         if launch.get("status") == "hardware" and hardware is not None:
             self.launch_s = float(hardware.kernel_launch_s)
@@ -251,7 +303,7 @@ class Profile:
         self._tables = {fam: self._build_table(fam) for fam in _TABLE_AXES}
 
     @classmethod
-    def from_dict(cls, data: dict, hardware=None) -> "Profile":
+    def from_dict(cls, data: dict, hardware=None) -> Profile:
         _validate(data, "<dict>")
         return cls(data, hardware=hardware)
 
@@ -274,23 +326,28 @@ class Profile:
             if g is None:
                 g = shape.get("batch", 1.0)
             g = 1.0 if g is None else g
-            F, b_in, b_out = E.gemm_work(shape["m"], shape["n"], shape["k"], g, E.dtype_bytes(dtype),
-                                         E.out_bytes_for(dtype))
+            F, b_in, b_out = E.gemm_work(
+                shape["m"], shape["n"], shape["k"], g, E.dtype_bytes(dtype), E.out_bytes_for(dtype)
+            )
             x = E.gemm_ctas_per_sm(shape["m"], shape["n"], g, self._sms, shape.get("tile_pad"))
         else:
             missing = [c for c in ("batch", "q_len", "heads", "context") if shape.get(c) is None]
             if missing:
                 raise TypeError(f"kernel_efficiency({family!r}) needs shape {', '.join(missing)}")
             kvb = E.dtype_bytes(dtype, 2.0)
-            F, b_in, b_out = E.mla_decode_work(shape["batch"], shape["q_len"], shape["heads"], shape["context"], kvb,
-                                               2.0 if kvb < 2 else kvb)
+            F, b_in, b_out = E.mla_decode_work(
+                shape["batch"], shape["q_len"], shape["heads"], shape["context"], kvb, 2.0 if kvb < 2 else kvb
+            )
             x = E.mla_ctas_per_sm(shape["batch"], shape["q_len"], shape["heads"], shape["context"], self._sms)
         return F, b_in, b_out, x, self._peak(dtype)
 
     @staticmethod
     def _numeric_shape(shape: dict):
-        arrays = [v for k, v in shape.items()
-                  if k in ("m", "n", "k", "groups", "batch", "q_len", "context", "heads") and v is not None]
+        arrays = [
+            v
+            for k, v in shape.items()
+            if k in ("m", "n", "k", "groups", "batch", "q_len", "context", "heads") and v is not None
+        ]
         return np.broadcast(*[np.asarray(a) for a in arrays]).shape if arrays else ()
 
     def kernel_efficiency(self, family: str, **shape):
@@ -311,8 +368,19 @@ class Profile:
             return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
-        t_model = E.overlap_time(F * pad, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
-                                 float(p["t0_us"]) * 1e-6, float(p["c"]), _q(p))
+        t_model = E.overlap_time(
+            F * pad,
+            b_in,
+            b_out,
+            x,
+            peak,
+            self._hbm,
+            float(p["eta_c"]),
+            float(p["eta_m"]),
+            float(p["t0_us"]) * 1e-6,
+            float(p["c"]),
+            _q(p),
+        )
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
 
@@ -327,8 +395,19 @@ class Profile:
         F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
         if e["model"] == "peak":
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
-        return E.overlap_time(F, b_in, b_out, x, peak, self._hbm, float(p["eta_c"]), float(p["eta_m"]),
-                              float(p["t0_us"]) * 1e-6, float(p["c"]), _q(p))
+        return E.overlap_time(
+            F,
+            b_in,
+            b_out,
+            x,
+            peak,
+            self._hbm,
+            float(p["eta_c"]),
+            float(p["eta_m"]),
+            float(p["t0_us"]) * 1e-6,
+            float(p["c"]),
+            _q(p),
+        )
 
     # ------------------------------------------------------------------ measured tables
     def _build_table(self, family: str):
@@ -343,9 +422,12 @@ class Profile:
         groups: dict = {}
         for row in meas.get("rows") or []:
             rec = dict(zip(cols, row))
-            key = tuple(str(rec.get(c, "")) if c == "layout" else float(rec.get(c) if rec.get(c) is not None
-                                                                          else (1.0 if c == "groups" else np.nan))
-                        for c in keys)
+            key = tuple(
+                str(rec.get(c, ""))
+                if c == "layout"
+                else float(rec.get(c) if rec.get(c) is not None else (1.0 if c == "groups" else np.nan))
+                for c in keys
+            )
             groups.setdefault(key, []).append((float(rec[axis]), float(rec["time_s"])))
         table = []
         for key, pts in groups.items():
@@ -454,9 +536,14 @@ class Profile:
             ops = self.comm[m]
             first = next(iter(ops.values()))
             if all(e.get("status") == "fitted" for e in ops.values()):
-                cv = ", ".join(f"{op} {e['cv']['median_abs_pct']}%" for op, e in ops.items()
-                               if e.get("cv", {}).get("median_abs_pct") is not None)
-                return f"fitted:{first.get('gpu', self.gpu)} {_label(first)} rows" + (f" (CV median {cv})" if cv else "")
+                cv = ", ".join(
+                    f"{op} {e['cv']['median_abs_pct']}%"
+                    for op, e in ops.items()
+                    if e.get("cv", {}).get("median_abs_pct") is not None
+                )
+                return f"fitted:{first.get('gpu', self.gpu)} {_label(first)} rows" + (
+                    f" (CV median {cv})" if cv else ""
+                )
             return _prov(first)
         if m in self.collectives:
             return _prov(self.collectives[m])

@@ -1,4 +1,5 @@
 """The two composition primitives of every schedule, evaluated on arrays."""
+
 from __future__ import annotations
 
 import functools

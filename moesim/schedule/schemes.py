@@ -10,14 +10,15 @@ seq/par on arrays (no loop over configurations).
 Sources: DeepSeek inference-system overview (prefill two micro-batches; decode five stages with
 attention split in two), Perplexity seed 004 (stages 1-5, offset by 3; "DispatchOverlap").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.enums import OpKind, Overlap
 from moesim.schedule.primitives import par, seq
-from moesim.types import OpKind, Overlap
 
 # stages: 1 attention part 1 (norm, qkv_a, q_b, BMM), 2 attention part 2 (core, BMM, o_proj,
 # norm, router), 3 dispatch send + shared expert, 4 dispatch recv + routed experts + combine send,
@@ -51,29 +52,65 @@ class Scheme:
     holds_sms: bool = True  # compute overlapping SM-holding comm kernels loses their SM share
 
 
-SERIAL = Scheme("serial", 1, (Slot(0, (1, 2)), Slot(0, (3, 4, 5))),
-                (CommEdge("dispatch", 0, 0, 1), CommEdge("combine", 0, 1, 0, wrap=True)), holds_sms=False)
+SERIAL = Scheme(
+    "serial",
+    1,
+    (Slot(0, (1, 2)), Slot(0, (3, 4, 5))),
+    (CommEdge("dispatch", 0, 0, 1), CommEdge("combine", 0, 1, 0, wrap=True)),
+    holds_sms=False,
+)
 # Perplexity "DispatchOverlap": shared expert runs while dispatch is in flight
-SHARED = Scheme("shared", 1, (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5))),
-                (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)))
+SHARED = Scheme(
+    "shared",
+    1,
+    (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5))),
+    (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)),
+)
 # single-batch overlap: shared expert under dispatch, and combine streamed behind the down GEMM
-SBO = Scheme("sbo", 1, (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5), skip=("experts_down",)),
-                        Slot(0, (4,), only=("experts_down",))),
-             (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)))
+SBO = Scheme(
+    "sbo",
+    1,
+    (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5), skip=("experts_down",)), Slot(0, (4,), only=("experts_down",))),
+    (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)),
+)
 # DeepSeek prefill: A attn, B attn, A moe, B moe; each comm hides under the other's compute
-TWO_BATCH = Scheme("two-batch", 2, (Slot(0, (1, 2, 3)), Slot(1, (1, 2, 3)), Slot(0, (4, 5)), Slot(1, (4, 5))),
-                   (CommEdge("dispatch", 0, 0, 2), CommEdge("dispatch", 1, 1, 3),
-                    CommEdge("combine", 0, 2, 0, wrap=True), CommEdge("combine", 1, 3, 1, wrap=True)))
+TWO_BATCH = Scheme(
+    "two-batch",
+    2,
+    (Slot(0, (1, 2, 3)), Slot(1, (1, 2, 3)), Slot(0, (4, 5)), Slot(1, (4, 5))),
+    (
+        CommEdge("dispatch", 0, 0, 2),
+        CommEdge("dispatch", 1, 1, 3),
+        CommEdge("combine", 0, 2, 0, wrap=True),
+        CommEdge("combine", 1, 3, 1, wrap=True),
+    ),
+)
 # DeepSeek/Perplexity decode five stages, micro-batches offset by 3 stages:
 # A1 B4 A2 B5 A3 B1 A4 B2 A5 B3 — stage 3 is "Dispatch Send, Shared Expert" (seed 004): the send is
 # issued as the stage starts, so a dispatch hides under its own shared expert and the other's
 # stage 1; a combine (sent at the end of stage 4) under the other's stage 2
-FIVE_STAGE = Scheme("five-stage", 2, (
-    Slot(0, (1,)), Slot(1, (4,)), Slot(0, (2,)), Slot(1, (5,)), Slot(0, (3,)),
-    Slot(1, (1,), next_layer=True), Slot(0, (4,)), Slot(1, (2,), next_layer=True), Slot(0, (5,)),
-    Slot(1, (3,), next_layer=True)),
-    (CommEdge("dispatch", 0, 3, 6), CommEdge("combine", 0, 6, 8),
-     CommEdge("dispatch", 1, 8, 1, wrap=True), CommEdge("combine", 1, 1, 3)))
+FIVE_STAGE = Scheme(
+    "five-stage",
+    2,
+    (
+        Slot(0, (1,)),
+        Slot(1, (4,)),
+        Slot(0, (2,)),
+        Slot(1, (5,)),
+        Slot(0, (3,)),
+        Slot(1, (1,), next_layer=True),
+        Slot(0, (4,)),
+        Slot(1, (2,), next_layer=True),
+        Slot(0, (5,)),
+        Slot(1, (3,), next_layer=True),
+    ),
+    (
+        CommEdge("dispatch", 0, 3, 6),
+        CommEdge("combine", 0, 6, 8),
+        CommEdge("dispatch", 1, 8, 1, wrap=True),
+        CommEdge("combine", 1, 1, 3),
+    ),
+)
 
 SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
 
@@ -97,7 +134,7 @@ class StageSums:
             if c.name in NAMED_OPS:
                 self.named[c.name] = seq(self.named.get(c.name, 0.0), c.time_s)
 
-    def slot(self, slot: "Slot"):
+    def slot(self, slot: Slot):
         if slot.only:
             return seq(*[self.named.get(n, 0.0) for n in slot.only])
         t = seq(*[self.stage.get(st, 0.0) for st in slot.stages])

@@ -2,5 +2,14 @@ from moesim.specs.hardware import HardwareSpec
 from moesim.specs.loader import catalog, load_hardware, load_model, parse_overrides
 from moesim.specs.model import AttentionKind, ModelSpec, MoESpec, Scoring
 
-__all__ = ["HardwareSpec", "ModelSpec", "MoESpec", "AttentionKind", "Scoring", "load_model", "load_hardware",
-           "catalog", "parse_overrides"]
+__all__ = [
+    "HardwareSpec",
+    "ModelSpec",
+    "MoESpec",
+    "AttentionKind",
+    "Scoring",
+    "load_model",
+    "load_hardware",
+    "catalog",
+    "parse_overrides",
+]

@@ -1,15 +1,14 @@
 """GPU + node + network + price spec (frozen). YAML keys carry human units; properties give SI."""
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict
 
 from moesim import units as U
+from moesim.enums import Dtype
 from moesim.errors import SpecError
 from moesim.specs.schema import field
-from moesim.types import Dtype
-
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
@@ -37,26 +36,41 @@ class HardwareSpec:
     nvlink_domain_gpus: int = field(0, lo=0, hi=1_000_000, doc="GPUs sharing one NVLink domain; 0 = gpus_per_node")
     nics_per_gpu: float = field(1.0, lo=0.0, hi=64, lo_open=True)
     kernel_launch_us: float = field(2.0, lo=0.0, hi=1e4, doc="per-kernel launch/tail overhead under CUDA graphs")
-    kernel_launch_eager_us: float = field(5.0, lo=0.0, hi=1e4,
-                                          doc="per-kernel overhead without CUDA graphs (host launch latency)")
+    kernel_launch_eager_us: float = field(
+        5.0, lo=0.0, hi=1e4, doc="per-kernel overhead without CUDA graphs (host launch latency)"
+    )
     layer_sync_us: float = field(0.0, lo=0.0, hi=1e5, doc="per-layer synchronisation outside the kernels")
     memory_reserve_GB: float = field(4.0, lo=0.0, hi=1e5, doc="CUDA context, allocator slack, CUDA graphs")
     description: str = ""
-    sources: Dict[str, str] = None
+    sources: dict[str, str] = None
 
     def _validate(self, file=None, path=""):
         where = f"{file}: " if file else ""
         if not _NAME.fullmatch(self.name):  # the name picks calibration/profiles/<name>.yaml
-            raise SpecError(f"{where}name: {self.name[:40]!r}; allowed 1-64 letters, digits, '.', '_', '+', '-' "
-                            f"(starting with a letter or digit)")
+            raise SpecError(
+                f"{where}name: {self.name[:40]!r}; allowed 1-64 letters, digits, '.', '_', '+', '-' "
+                f"(starting with a letter or digit)"
+            )
         if self.nvlink_eff_bw_GBps > self.nvlink_bw_GBps:
-            raise SpecError(f"{where}nvlink_eff_bw_GBps: {self.nvlink_eff_bw_GBps} exceeds nominal nvlink_bw_GBps={self.nvlink_bw_GBps}")
+            raise SpecError(
+                f"{where}nvlink_eff_bw_GBps: {self.nvlink_eff_bw_GBps} exceeds nominal nvlink_bw_GBps={self.nvlink_bw_GBps}"
+            )
         if self.rdma_eff_bw_GBps > self.rdma_bw_GBps:
-            raise SpecError(f"{where}rdma_eff_bw_GBps: {self.rdma_eff_bw_GBps} exceeds nominal rdma_bw_GBps={self.rdma_bw_GBps}")
+            raise SpecError(
+                f"{where}rdma_eff_bw_GBps: {self.rdma_eff_bw_GBps} exceeds nominal rdma_bw_GBps={self.rdma_bw_GBps}"
+            )
         if self.memory_reserve_GB >= self.memory_GB:
-            raise SpecError(f"{where}memory_reserve_GB: {self.memory_reserve_GB} must be below memory_GB={self.memory_GB}")
-        if self.nvlink_domain_gpus and self.nvlink_domain_gpus % self.gpus_per_node and self.gpus_per_node % self.nvlink_domain_gpus:
-            raise SpecError(f"{where}nvlink_domain_gpus: {self.nvlink_domain_gpus} must be a multiple or divisor of gpus_per_node={self.gpus_per_node}")
+            raise SpecError(
+                f"{where}memory_reserve_GB: {self.memory_reserve_GB} must be below memory_GB={self.memory_GB}"
+            )
+        if (
+            self.nvlink_domain_gpus
+            and self.nvlink_domain_gpus % self.gpus_per_node
+            and self.gpus_per_node % self.nvlink_domain_gpus
+        ):
+            raise SpecError(
+                f"{where}nvlink_domain_gpus: {self.nvlink_domain_gpus} must be a multiple or divisor of gpus_per_node={self.gpus_per_node}"
+            )
 
     # ------------------------------------------------------------------ SI views
     def peak_flops(self, dtype: Dtype) -> float:

@@ -12,6 +12,7 @@ Supported `model_type`s:
 Not modelled (each well under 0.01 % of the parameters): Qwen3 q/k RMSNorm weights, the Qwen2-MoE
 shared-expert gate (hidden_size x 1), output-projection biases.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,10 +32,26 @@ _MISSING = object()
 MAX_LAYERS = 10_000  # ModelSpec.num_layers upper bound
 
 # Key order of the emitted mapping / YAML (same order as models/deepseek_v3.yaml).
-_TOP_ORDER = ("name", "description", "source", "sources", "num_layers", "num_dense_layers", "hidden_size",
-              "vocab_size", "max_context", "mtp_layers", "tie_embeddings", "published_params",
-              "published_active_params", "published_active_excludes_embedding", "attention", "dense_ffn", "moe",
-              "precision")
+_TOP_ORDER = (
+    "name",
+    "description",
+    "source",
+    "sources",
+    "num_layers",
+    "num_dense_layers",
+    "hidden_size",
+    "vocab_size",
+    "max_context",
+    "mtp_layers",
+    "tie_embeddings",
+    "published_params",
+    "published_active_params",
+    "published_active_excludes_embedding",
+    "attention",
+    "dense_ffn",
+    "moe",
+    "precision",
+)
 
 
 class _Reader:
@@ -51,7 +68,9 @@ class _Reader:
     def _for(self) -> str:
         return f" for model_type {self.model_type!r}" if self.model_type else ""
 
-    def int(self, key: str, lo: int = 1, default: Any = _MISSING, null_ok: bool = False, hi: int | None = None) -> int | None:
+    def int(
+        self, key: str, lo: int = 1, default: Any = _MISSING, null_ok: bool = False, hi: int | None = None
+    ) -> int | None:
         """An integer >= lo (and <= hi). Missing -> default (or error); null -> default when null_ok."""
         allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi:,}]"
         if key not in self.cfg:
@@ -104,19 +123,41 @@ def _precision(r: _Reader) -> tuple[dict, str]:
         blocks = qc.get("weight_block_size")
         if blocks is None:
             block = 0
-        elif (isinstance(blocks, list) and len(blocks) == 2 and blocks[0] == blocks[1]
-              and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks)):
+        elif (
+            isinstance(blocks, list)
+            and len(blocks) == 2
+            and blocks[0] == blocks[1]
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in blocks)
+        ):
             block = blocks[0]
         else:
-            raise r.fail("quantization_config.weight_block_size",
-                         f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}")
-        prec = dict(weight_dtype="fp8", weight_block=block, activation_dtype="fp8", attention_dtype="bf16",
-                    kv_dtype="bf16", embedding_dtype="bf16", dispatch_dtype="fp8", combine_dtype="bf16")
+            raise r.fail(
+                "quantization_config.weight_block_size",
+                f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}",
+            )
+        prec = dict(
+            weight_dtype="fp8",
+            weight_block=block,
+            activation_dtype="fp8",
+            attention_dtype="bf16",
+            kv_dtype="bf16",
+            embedding_dtype="bf16",
+            dispatch_dtype="fp8",
+            combine_dtype="bf16",
+        )
         return prec, f"quantization_config: fp8, weight_block_size {blocks}"
     dtype = r.cfg.get("torch_dtype", r.cfg.get("dtype"))
     half = "fp16" if dtype == "float16" else "bf16"
-    prec = dict(weight_dtype=half, weight_block=0, activation_dtype=half, attention_dtype=half,
-                kv_dtype=half, embedding_dtype=half, dispatch_dtype=half, combine_dtype=half)
+    prec = dict(
+        weight_dtype=half,
+        weight_block=0,
+        activation_dtype=half,
+        attention_dtype=half,
+        kv_dtype=half,
+        embedding_dtype=half,
+        dispatch_dtype=half,
+        combine_dtype=half,
+    )
     if isinstance(qc, dict):
         note = f"quantization_config {_show(qc.get('quant_method'))} is not modelled; {half} weights assumed"
     else:
@@ -129,8 +170,11 @@ def _dense_prefix(r: _Reader, num_layers: int, dense: list[int], keys: str) -> i
     k = len(dense)
     if dense != list(range(k)):
         shown = ", ".join(map(str, dense[:8])) + (", ..." if len(dense) > 8 else "")
-        raise r.fail(keys, f"dense (non-MoE) layers [{shown}] are not a prefix 0..k-1 of the "
-                           f"{num_layers} layers; only first-k-dense layouts are supported")
+        raise r.fail(
+            keys,
+            f"dense (non-MoE) layers [{shown}] are not a prefix 0..k-1 of the "
+            f"{num_layers} layers; only first-k-dense layouts are supported",
+        )
     return k
 
 
@@ -140,8 +184,11 @@ def _gqa_attention(r: _Reader, hidden: int, qkv_bias: bool) -> dict:
     head_dim = r.int("head_dim", default=None, null_ok=True)
     if head_dim is None:
         if hidden % heads:
-            raise r.fail("head_dim", f"missing and hidden_size {hidden} is not divisible by "
-                                     f"num_attention_heads {heads}; expected an integer >= 1")
+            raise r.fail(
+                "head_dim",
+                f"missing and hidden_size {hidden} is not divisible by "
+                f"num_attention_heads {heads}; expected an integer >= 1",
+            )
         head_dim = hidden // heads
     if kv_heads > heads or heads % kv_heads:
         raise r.fail("num_key_value_heads", f"{kv_heads} must divide num_attention_heads={heads}")
@@ -153,9 +200,15 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
     num_layers = out["num_layers"]
     heads = r.int("num_attention_heads")
     q_lora = r.int("q_lora_rank", default=0, null_ok=True)  # null = no query compression (V2-Lite)
-    out["attention"] = dict(kind="mla", num_heads=heads, q_lora_rank=q_lora, kv_lora_rank=r.int("kv_lora_rank"),
-                            qk_nope_head_dim=r.int("qk_nope_head_dim"), qk_rope_head_dim=r.int("qk_rope_head_dim"),
-                            v_head_dim=r.int("v_head_dim"))
+    out["attention"] = dict(
+        kind="mla",
+        num_heads=heads,
+        q_lora_rank=q_lora,
+        kv_lora_rank=r.int("kv_lora_rank"),
+        qk_nope_head_dim=r.int("qk_nope_head_dim"),
+        qk_rope_head_dim=r.int("qk_rope_head_dim"),
+        v_head_dim=r.int("v_head_dim"),
+    )
     if q_lora == 0:
         notes["attention.q_lora_rank"] = "q_lora_rank null: full-rank query projection (no compression)"
     out["mtp_layers"] = r.int("num_nextn_predict_layers", lo=0, default=0, null_ok=True)
@@ -182,10 +235,16 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
     topk_group = r.int("topk_group", default=1, null_ok=True)
     if topk_method == "greedy":  # plain top-k: groups are not used for routing
         n_group = topk_group = 1
-    out["moe"] = dict(num_experts=n_routed, top_k=top_k, expert_intermediate_size=r.int("moe_intermediate_size"),
-                      num_shared_experts=r.int("n_shared_experts", lo=0, default=0, null_ok=True),
-                      n_group=n_group, topk_group=topk_group, scoring=scoring,
-                      router_bias=topk_method == "noaux_tc")
+    out["moe"] = dict(
+        num_experts=n_routed,
+        top_k=top_k,
+        expert_intermediate_size=r.int("moe_intermediate_size"),
+        num_shared_experts=r.int("n_shared_experts", lo=0, default=0, null_ok=True),
+        n_group=n_group,
+        topk_group=topk_group,
+        scoring=scoring,
+        router_bias=topk_method == "noaux_tc",
+    )
     if topk_method == "noaux_tc":
         notes["moe.router_bias"] = "topk_method noaux_tc: e_score_correction_bias per expert"
 
@@ -195,8 +254,12 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
     num_layers, hidden = out["num_layers"], out["hidden_size"]
     out["attention"] = _gqa_attention(r, hidden, qkv_bias=mt == "qwen2_moe" or r.bool("attention_bias", False))
     if mt == "mixtral":
-        out["moe"] = dict(num_experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"),
-                          expert_intermediate_size=r.int("intermediate_size"), scoring="softmax")
+        out["moe"] = dict(
+            num_experts=r.int("num_local_experts"),
+            top_k=r.int("num_experts_per_tok"),
+            expert_intermediate_size=r.int("intermediate_size"),
+            scoring="softmax",
+        )
         return
     n_experts = r.int("num_experts")
     step = r.int("decoder_sparse_step", default=1, null_ok=True)
@@ -210,8 +273,12 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
     out["num_dense_layers"] = k
     if k:
         out["dense_ffn"] = dict(intermediate_size=r.int("intermediate_size"))
-    moe = dict(num_experts=n_experts, top_k=r.int("num_experts_per_tok"),
-               expert_intermediate_size=r.int("moe_intermediate_size"), scoring="softmax")
+    moe = dict(
+        num_experts=n_experts,
+        top_k=r.int("num_experts_per_tok"),
+        expert_intermediate_size=r.int("moe_intermediate_size"),
+        scoring="softmax",
+    )
     if mt == "qwen2_moe":
         shared = r.int("shared_expert_intermediate_size", lo=0, default=0, null_ok=True)
         if shared:

@@ -3,13 +3,14 @@
 Only yaml.safe_load / json.load are used on user files. Overrides are applied to the raw mapping
 *before* validation, so `--set hardware.rdma_bw_GBps=100` is checked exactly like the YAML.
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import yaml
 
@@ -69,8 +70,10 @@ def read_mapping(path: Path) -> dict:
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:
-        raise SpecError(f"{path}: nested too deeply to read; allowed: a flat {'JSON' if path.suffix == '.json' else 'YAML'} "
-                        f"mapping of spec keys") from None
+        raise SpecError(
+            f"{path}: nested too deeply to read; allowed: a flat {'JSON' if path.suffix == '.json' else 'YAML'} "
+            f"mapping of spec keys"
+        ) from None
     except ValueError as e:  # e.g. an integer literal beyond Python's 4300-digit limit
         raise SpecError(f"{path}: unreadable value ({str(e).split(';')[0]}); allowed: numbers of normal size") from None
     if not isinstance(data, dict):
@@ -105,7 +108,7 @@ def _apply(data: dict, overrides: Mapping[str, object], label: str, path: Path) 
         for i, part in enumerate(parts[:-1]):
             nxt = node.get(part) if isinstance(node, dict) else None
             if not isinstance(nxt, dict):
-                raise SpecError(f"--set {label}.{dotted}: {'.'.join(parts[:i + 1])!r} is not a section of {path.name}")
+                raise SpecError(f"--set {label}.{dotted}: {'.'.join(parts[: i + 1])!r} is not a section of {path.name}")
             node = nxt
         node[parts[-1]] = value  # unknown leaf keys are rejected by the strict builder
         srcs = data.setdefault("sources", {}) if isinstance(data.get("sources", {}), dict) else None

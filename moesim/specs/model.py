@@ -1,12 +1,12 @@
 """Model architecture spec (frozen). Parameter and KV counts are closed forms of the spec."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
 
+from moesim.enums import Dtype, StrEnum
 from moesim.errors import SpecError
 from moesim.specs.schema import field
-from moesim.types import Dtype, StrEnum
 
 
 class AttentionKind(StrEnum):
@@ -102,8 +102,8 @@ class ModelSpec:
     hidden_size: int = field(lo=1, hi=1_000_000)
     vocab_size: int = field(lo=1, hi=100_000_000)
     attention: AttentionSpec
-    dense_ffn: Optional[DenseFFNSpec] = None
-    moe: Optional[MoESpec] = None
+    dense_ffn: DenseFFNSpec | None = None
+    moe: MoESpec | None = None
     num_dense_layers: int = field(0, lo=0, hi=10_000, doc="first k layers use the dense FFN")
     mtp_layers: int = field(0, lo=0, hi=16)
     max_context: int = field(131072, lo=1, hi=100_000_000)
@@ -112,8 +112,10 @@ class ModelSpec:
     published_params: float = field(0.0, lo=0.0, hi=1e15, doc="published total parameters (for tests); 0 = unknown")
     published_active_params: float = field(0.0, lo=0.0, hi=1e15)
     description: str = ""
-    sources: Dict[str, str] = None
-    published_active_excludes_embedding: bool = False  # DeepSeek's convention: the input embedding table is not counted as activated
+    sources: dict[str, str] = None
+    published_active_excludes_embedding: bool = (
+        False  # DeepSeek's convention: the input embedding table is not counted as activated
+    )
 
     def _validate(self, file=None, path=""):
         where = f"{file}: " if file else ""
@@ -126,7 +128,9 @@ class ModelSpec:
             raise SpecError(f"{where}dense_ffn: num_dense_layers={self.num_dense_layers} needs dense_ffn")
         a = self.attention
         if a.kind != AttentionKind.MLA and a.head_dim == 0 and self.hidden_size % a.num_heads:
-            raise SpecError(f"{where}attention.head_dim: hidden_size {self.hidden_size} not divisible by num_heads; set head_dim")
+            raise SpecError(
+                f"{where}attention.head_dim: hidden_size {self.hidden_size} not divisible by num_heads; set head_dim"
+            )
 
     # ---------------------------------------------------------------- structure
     @property
@@ -206,8 +210,13 @@ class ModelSpec:
     # ---------------------------------------------------------------- totals
     def moe_layer_params(self) -> float:
         m = self.moe
-        return self.attention_params() + self.layer_norm_params() + m.num_experts * self.expert_params() \
-            + self.shared_expert_params() + self.router_params()
+        return (
+            self.attention_params()
+            + self.layer_norm_params()
+            + m.num_experts * self.expert_params()
+            + self.shared_expert_params()
+            + self.router_params()
+        )
 
     def dense_layer_params(self) -> float:
         return self.attention_params() + self.layer_norm_params() + self.dense_ffn_params()
@@ -236,7 +245,12 @@ class ModelSpec:
             p -= self.vocab_size * self.hidden_size
         if self.is_moe:
             m = self.moe
-            per = self.attention_params() + self.layer_norm_params() + m.top_k * self.expert_params() \
-                + self.shared_expert_params() + self.router_params()
+            per = (
+                self.attention_params()
+                + self.layer_norm_params()
+                + m.top_k * self.expert_params()
+                + self.shared_expert_params()
+                + self.router_params()
+            )
             p += self.n_moe_layers * per
         return p

@@ -4,15 +4,19 @@ Each dataclass field may carry `meta(lo, hi, doc)`; the builder rejects unknown 
 types, NaN/inf and out-of-range values with one line naming the file, the dotted field and the
 allowed range. Nested dataclasses are built recursively; Optional[...] nested specs may be null.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import reprlib
+import types
 import typing
 from typing import Any
 
 from moesim.errors import SpecError
+
+_UNION = (typing.Union, types.UnionType)  # Optional[X] and X | None
 
 
 def meta(lo=None, hi=None, doc: str = "", lo_open: bool = False):
@@ -71,7 +75,9 @@ def _coerce_scalar(tp, value, where: str, md: dict):
                 try:
                     value = float(value) if tp is float else int(value)
                 except ValueError:
-                    raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {_show(value)}") from None
+                    raise SpecError(
+                        f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {_show(value)}"
+                    ) from None
             else:
                 raise SpecError(f"{where}: expected a number in {_range_text(lo, hi, lo_open)}, got {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
@@ -79,13 +85,17 @@ def _coerce_scalar(tp, value, where: str, md: dict):
         if tp is int:
             if isinstance(value, float):
                 if not value.is_integer():
-                    raise SpecError(f"{where}: expected an integer in {_range_text(lo, hi, lo_open)}, got {_show(value)}")
+                    raise SpecError(
+                        f"{where}: expected an integer in {_range_text(lo, hi, lo_open)}, got {_show(value)}"
+                    )
                 value = int(value)
         else:
             try:
                 value = float(value)
             except OverflowError:
-                raise SpecError(f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {_show(value)}") from None
+                raise SpecError(
+                    f"{where}: must be finite, allowed {_range_text(lo, hi, lo_open)}, got {_show(value)}"
+                ) from None
         bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and value > hi)
         if bad:
             raise SpecError(f"{where}: {_show(value)} out of range, allowed {_range_text(lo, hi, lo_open)}")
@@ -109,7 +119,9 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         allowed = ", ".join(sorted(fields))
-        raise SpecError(f"{_where(file, (path + '.' if path else '') + _key(unknown[0]))}: unknown key; allowed keys: {allowed}")
+        raise SpecError(
+            f"{_where(file, (path + '.' if path else '') + _key(unknown[0]))}: unknown key; allowed keys: {allowed}"
+        )
     kwargs = {}
     for name, f in fields.items():
         where = _where(file, f"{path}.{name}" if path else name)
@@ -121,7 +133,7 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
         tp = hints[name]
         origin = typing.get_origin(tp)
         args = typing.get_args(tp)
-        optional = origin is typing.Union and type(None) in args
+        optional = origin in _UNION and type(None) in args
         if optional:
             if value is None:
                 kwargs[name] = None
@@ -130,7 +142,7 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
             origin, args = typing.get_origin(tp), typing.get_args(tp)
         if dataclasses.is_dataclass(tp):
             kwargs[name] = build(tp, value, file=file, path=f"{path}.{name}" if path else name)
-        elif origin in (dict, typing.Dict) or tp is dict:
+        elif origin is dict or tp is dict:
             if not isinstance(value, dict):
                 raise SpecError(f"{where}: expected a mapping, got {_show(value)}")
             for k, v in value.items():
@@ -166,7 +178,7 @@ def numeric_field_paths(cls, prefix: str = ""):
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         args = typing.get_args(tp)
-        if typing.get_origin(tp) is typing.Union:
+        if typing.get_origin(tp) in _UNION:
             tp = next(a for a in args if a is not type(None))
         p = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(tp):

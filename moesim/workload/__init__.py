@@ -1,14 +1,15 @@
 """Workload: model spec x grid -> ops per GPU per layer, for prefill and decode (written once)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.grid import Grid
+from moesim.enums import CommMode, Dtype, Phase
+from moesim.grid.core import Grid
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-from moesim.types import CommMode, Dtype, Phase
 from moesim.workload.attention import attention_ops
 from moesim.workload.ffn import dense_ffn_ops, moe_ops
 from moesim.workload.ops import OpWork, elementwise, gemm
@@ -18,6 +19,7 @@ from moesim.workload.ops import OpWork, elementwise, gemm
 class Workload:
     """Ops of one micro-batch. Layer lists are per layer; `step` ops run once per step;
     `mtp` ops once per draft token (DeepSeek-V3 MTP module: eh_proj + one block + shared head)."""
+
     moe_layer: list[OpWork]
     dense_layer: list[OpWork]
     step: list[OpWork]
@@ -41,44 +43,102 @@ def tokens(grid: Grid, phase: Phase, micro_batches: int = 1):
     return b * grid.q_len, b
 
 
-def build(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: CommMode,
-          micro_batches: int = 1) -> Workload:
+def build(
+    model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: CommMode, micro_batches: int = 1
+) -> Workload:
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
     t, b_req = tokens(grid, phase, micro_batches)
-    kw = dict(t=t, b_req=b_req, q_len=np.where(prefill, 1.0, grid.q_len), context=grid.context, tp=grid.tp,
-              prefill=prefill)
+    kw = dict(
+        t=t, b_req=b_req, q_len=np.where(prefill, 1.0, grid.q_len), context=grid.context, tp=grid.tp, prefill=prefill
+    )
     attn = attention_ops(model, **kw)
     dense = attn + dense_ffn_ops(model, t=t, tp=grid.tp) if model.dense_ffn else []
     moe = []
     if model.is_moe:
-        moe = attention_ops(model, **kw) + moe_ops(model, hw, t=t, tp=grid.tp, dp=grid.dp, ep=grid.ep,
-                                                    moe_tp=grid.moe_tp, redundant=grid.redundant, comm=comm,
-                                                    prefill=prefill)
+        moe = attention_ops(model, **kw) + moe_ops(
+            model,
+            hw,
+            t=t,
+            tp=grid.tp,
+            dp=grid.dp,
+            ep=grid.ep,
+            moe_tp=grid.moe_tp,
+            redundant=grid.redundant,
+            comm=comm,
+            prefill=prefill,
+        )
     d, p = model.hidden_size, model.precision
     emb_b = p.embedding_dtype.bytes
     # LM head: decode computes logits for every query position; prefill only for the last token
     t_lm = b_req if prefill else t
-    step = [elementwise("embedding", t * d * emb_b * 2.0, stage=1),
-            elementwise("final_norm", t_lm * d * 2.0 * 2.0, stage=5),
-            gemm("lm_head", t_lm, model.vocab_size / grid.tp, d, w_bytes=emb_b, a_bytes=2.0, out_bytes=4.0,
-                 dtype=Dtype.BF16, block=0, stage=5)]
+    step = [
+        elementwise("embedding", t * d * emb_b * 2.0, stage=1),
+        elementwise("final_norm", t_lm * d * 2.0 * 2.0, stage=5),
+        gemm(
+            "lm_head",
+            t_lm,
+            model.vocab_size / grid.tp,
+            d,
+            w_bytes=emb_b,
+            a_bytes=2.0,
+            out_bytes=4.0,
+            dtype=Dtype.BF16,
+            block=0,
+            stage=5,
+        ),
+    ]
     mtp: list[OpWork] = []
     mtp_count = np.zeros(grid.size)
     if model.mtp_layers and not prefill:
         # MTP module per draft (V3 report sec. 2.2): concat(norm(h), norm(emb)) -> eh_proj -> block -> head
         block = moe if model.is_moe else dense
-        mtp = [gemm("mtp_eh_proj", t, d, 2 * d, w_bytes=p.weight_dtype.bytes, a_bytes=2.0, dtype=p.weight_dtype,
-                    block=p.weight_block, stage=1)] + [_renamed(o, "mtp_") for o in block] + \
-              [gemm("mtp_lm_head", t, model.vocab_size / grid.tp, d, w_bytes=emb_b, a_bytes=2.0, out_bytes=4.0,
-                    dtype=Dtype.BF16, block=0, stage=5)]
+        mtp = (
+            [
+                gemm(
+                    "mtp_eh_proj",
+                    t,
+                    d,
+                    2 * d,
+                    w_bytes=p.weight_dtype.bytes,
+                    a_bytes=2.0,
+                    dtype=p.weight_dtype,
+                    block=p.weight_block,
+                    stage=1,
+                )
+            ]
+            + [_renamed(o, "mtp_") for o in block]
+            + [
+                gemm(
+                    "mtp_lm_head",
+                    t,
+                    model.vocab_size / grid.tp,
+                    d,
+                    w_bytes=emb_b,
+                    a_bytes=2.0,
+                    out_bytes=4.0,
+                    dtype=Dtype.BF16,
+                    block=0,
+                    stage=5,
+                )
+            ]
+        )
         mtp_count = grid.mtp.astype(float)
-    return Workload(moe_layer=moe, dense_layer=dense, step=step, mtp=mtp, n_moe_layers=model.n_moe_layers,
-                    n_dense_layers=model.n_dense_layers, mtp_count=mtp_count, micro_batches=micro_batches,
-                    mtp_extra=[mtp[0], mtp[-1]] if mtp else [])
+    return Workload(
+        moe_layer=moe,
+        dense_layer=dense,
+        step=step,
+        mtp=mtp,
+        n_moe_layers=model.n_moe_layers,
+        n_dense_layers=model.n_dense_layers,
+        mtp_count=mtp_count,
+        micro_batches=micro_batches,
+        mtp_extra=[mtp[0], mtp[-1]] if mtp else [],
+    )
 
 
 def _renamed(op: OpWork, prefix: str) -> OpWork:
     import dataclasses
+
     return dataclasses.replace(op, name=prefix + op.name)

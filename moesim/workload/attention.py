@@ -4,21 +4,31 @@ Sharding (Perplexity seed 004, "Tensor parallelism"): attention TP splits heads;
 projections (q_a, kv_a) and the latent KV are replicated on every TP rank; GQA shards KV heads
 (replicated when kv_heads < tp). DP attention replicates all attention weights per DP group.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
+from moesim.enums import Dtype, OpKind, Stream
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.types import Dtype, OpKind, Stream
 from moesim.workload.comm import ring_allreduce_bytes
 from moesim.workload.ops import OpWork, elementwise, gemm
 
 
 def _tp_allreduce(name, t, d, tp, stage) -> OpWork:
     msg = t * d * 2.0  # BF16 hidden states
-    return OpWork(name=name, kind=OpKind.COLLECTIVE, dtype=Dtype.BF16, stage=stage, stream=Stream.COMM,
-                  net_bytes_nvlink=ring_allreduce_bytes(tp, msg), group=tp, comm_op="all_reduce",
-                  shape={"bytes": msg, "gpus": tp}, present=(tp > 1).astype(float))
+    return OpWork(
+        name=name,
+        kind=OpKind.COLLECTIVE,
+        dtype=Dtype.BF16,
+        stage=stage,
+        stream=Stream.COMM,
+        net_bytes_nvlink=ring_allreduce_bytes(tp, msg),
+        group=tp,
+        comm_op="all_reduce",
+        shape={"bytes": msg, "gpus": tp},
+        present=(tp > 1).astype(float),
+    )
 
 
 def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> OpWork:
@@ -34,29 +44,67 @@ def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) ->
             # FLOP per token per key per layer = 2 * 128 heads * (192 + 128))
             flops = 2.0 * h * t * (context / 2.0) * (qd + vd)
             act = t * h * (qd + qd + vd + vd) * 2.0 + t * (lat + rope) * kvb
-            return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
-                          shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
-                                 "heads": h, "prefill": True})
+            return OpWork(
+                "attn_core",
+                OpKind.ATTENTION,
+                p.attention_dtype,
+                2,
+                flops=flops,
+                bytes_act=act,
+                shape={
+                    "batch": b_req,
+                    "q_len": t / np.maximum(b_req, 1e-9),
+                    "context": context,
+                    "heads": h,
+                    "prefill": True,
+                },
+            )
         # FlashMLA decode: QK over 576 dims, PV over 512 (seed 002: 278,528 FLOP per token per key)
         flops = 2.0 * b_req * q_len * h * context * ((lat + rope) + lat)
         kv = b_req * context * (lat + rope) * kvb
         act = b_req * q_len * h * ((lat + rope) + lat) * 2.0
-        return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
-                      bytes_act=act, shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h,
-                                            "prefill": False})
+        return OpWork(
+            "attn_core",
+            OpKind.ATTENTION,
+            p.attention_dtype,
+            2,
+            flops=flops,
+            bytes_kv=kv,
+            bytes_act=act,
+            shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False},
+        )
     hd = model.head_dim
     kvh = np.maximum(a.kv_heads / tp, 1.0)
     if prefill:
         flops = 2.0 * h * t * (context / 2.0) * hd * 2.0
         act = t * (h * hd * 2 + 2 * kvh * hd) * 2.0 + t * 2 * kvh * hd * kvb
-        return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_act=act,
-                      shape={"batch": b_req, "q_len": t / np.maximum(b_req, 1e-9), "context": context,
-                             "heads": h, "prefill": True})
+        return OpWork(
+            "attn_core",
+            OpKind.ATTENTION,
+            p.attention_dtype,
+            2,
+            flops=flops,
+            bytes_act=act,
+            shape={
+                "batch": b_req,
+                "q_len": t / np.maximum(b_req, 1e-9),
+                "context": context,
+                "heads": h,
+                "prefill": True,
+            },
+        )
     flops = 2.0 * b_req * q_len * h * context * hd * 2.0
     kv = b_req * context * 2.0 * kvh * hd * kvb
-    return OpWork("attn_core", OpKind.ATTENTION, p.attention_dtype, 2, flops=flops, bytes_kv=kv,
-                  bytes_act=t * h * hd * 2.0 * 2.0,
-                  shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False})
+    return OpWork(
+        "attn_core",
+        OpKind.ATTENTION,
+        p.attention_dtype,
+        2,
+        flops=flops,
+        bytes_kv=kv,
+        bytes_act=t * h * hd * 2.0 * 2.0,
+        shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False},
+    )
 
 
 def _o_proj_quant(t, width, a_bytes, block):
@@ -94,16 +142,32 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
             ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=True))
         else:
             # absorbed form (DeepSeek-V2 paper app. C): q_nope . W_UK, attention over the latent, . W_UV
-            ops.append(OpWork("w_uk_bmm", OpKind.BMM, p.weight_dtype, 1, flops=2.0 * t * h * nope * lat,
-                              bytes_weight=h * nope * lat * wb * np.ones_like(t),
-                              bytes_act=t * h * (nope * ab + lat * 2.0),
-                              shape={"m": t, "n": lat * np.ones_like(t), "k": nope * np.ones_like(t), "groups": h}))
+            ops.append(
+                OpWork(
+                    "w_uk_bmm",
+                    OpKind.BMM,
+                    p.weight_dtype,
+                    1,
+                    flops=2.0 * t * h * nope * lat,
+                    bytes_weight=h * nope * lat * wb * np.ones_like(t),
+                    bytes_act=t * h * (nope * ab + lat * 2.0),
+                    shape={"m": t, "n": lat * np.ones_like(t), "k": nope * np.ones_like(t), "groups": h},
+                )
+            )
             ops.append(elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1))
             ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=False))
-            ops.append(OpWork("w_uv_bmm", OpKind.BMM, p.weight_dtype, 2, flops=2.0 * t * h * lat * vd,
-                              bytes_weight=h * lat * vd * wb * np.ones_like(t),
-                              bytes_act=t * h * (lat * 2.0 + vd * 2.0),
-                              shape={"m": t, "n": vd * np.ones_like(t), "k": lat * np.ones_like(t), "groups": h}))
+            ops.append(
+                OpWork(
+                    "w_uv_bmm",
+                    OpKind.BMM,
+                    p.weight_dtype,
+                    2,
+                    flops=2.0 * t * h * lat * vd,
+                    bytes_weight=h * lat * vd * wb * np.ones_like(t),
+                    bytes_act=t * h * (lat * 2.0 + vd * 2.0),
+                    shape={"m": t, "n": vd * np.ones_like(t), "k": lat * np.ones_like(t), "groups": h},
+                )
+            )
         ops += _o_proj_quant(t, h * vd, ab, blk)
         ops.append(gemm("o_proj", t, d, h * vd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
     else:

@@ -11,11 +11,12 @@ All functions broadcast over numpy arrays. Byte accounting (DESIGN.md "Collectiv
 Distinct destinations use the hypergeometric expectation for top-k picks over `slots` expert slots
 spread evenly over ranks/nodes (uniform routing; skew enters through the imbalance factor).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from moesim.types import CommMode
+from moesim.enums import CommMode
 
 
 def dispatch_bytes_per_token(hidden: int, dtype_bytes: float = 1.0, scale_block: int = 128) -> float:

@@ -1,11 +1,12 @@
 """OpWork: what one op does per GPU per layer (arrays shaped like the Grid)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.types import Dtype, OpKind, Stream
+from moesim.enums import Dtype, OpKind, Stream
 
 
 @dataclass
@@ -33,8 +34,21 @@ class OpWork:
         return np.asarray(self.bytes_weight) + np.asarray(self.bytes_act) + np.asarray(self.bytes_kv)
 
 
-def gemm(name, m, n, k, *, w_bytes: float, a_bytes: float, out_bytes: float = 2.0, dtype=Dtype.FP8,
-         stage=1, block: int = 128, count=1.0, present=1.0) -> OpWork:
+def gemm(
+    name,
+    m,
+    n,
+    k,
+    *,
+    w_bytes: float,
+    a_bytes: float,
+    out_bytes: float = 2.0,
+    dtype=Dtype.FP8,
+    stage=1,
+    block: int = 128,
+    count=1.0,
+    present=1.0,
+) -> OpWork:
     """[m, k] x [k, n] GEMM (Perplexity seed 004: FLOP = 2mkn; bytes = mk + nk + mn, by dtype).
 
     FP8 block scaling counted in bytes: one fp32 scale per 128x128 weight block and per 1x128
@@ -46,7 +60,10 @@ def gemm(name, m, n, k, *, w_bytes: float, a_bytes: float, out_bytes: float = 2.
     wscale = 4.0 / (block * block) if (w_bytes < 2 and block) else 0.0
     ascale = 4.0 / block if (a_bytes < 2 and block) else 0.0
     return OpWork(
-        name=name, kind=OpKind.GEMM, dtype=Dtype(dtype), stage=stage,
+        name=name,
+        kind=OpKind.GEMM,
+        dtype=Dtype(dtype),
+        stage=stage,
         flops=count * 2.0 * m * n * k,
         bytes_weight=count * n * k * (w_bytes + wscale) * np.ones_like(m),
         bytes_act=count * (m * k * (a_bytes + ascale) + m * n * out_bytes),
@@ -56,5 +73,12 @@ def gemm(name, m, n, k, *, w_bytes: float, a_bytes: float, out_bytes: float = 2.
 
 
 def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0) -> OpWork:
-    return OpWork(name=name, kind=OpKind.ELEMENTWISE, dtype=Dtype.BF16, stage=stage,
-                  flops=flops, bytes_act=np.asarray(nbytes, float), present=present)
+    return OpWork(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        dtype=Dtype.BF16,
+        stage=stage,
+        flops=flops,
+        bytes_act=np.asarray(nbytes, float),
+        present=present,
+    )

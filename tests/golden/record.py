@@ -1,4 +1,5 @@
 """Re-record the golden outputs (run from the repository root): python tests/golden/record.py"""
+
 import json
 import sys
 from pathlib import Path

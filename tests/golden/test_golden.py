@@ -2,6 +2,7 @@
 
 Numbers compare to 1e-9 relative (a refactor may reorder a floating-point sum; a model change
 moves numbers by far more). Strings, booleans, keys and list lengths compare exactly."""
+
 from __future__ import annotations
 
 import json

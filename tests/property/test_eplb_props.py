@@ -1,4 +1,5 @@
 """Hypothesis properties of the EPLB placement over random loads and shapes."""
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,8 +20,9 @@ def configs(draw):
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
     if kind == "floats":
-        w = np.array(draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=layers * experts,
-                                   max_size=layers * experts))).reshape(layers, experts)
+        w = np.array(
+            draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=layers * experts, max_size=layers * experts))
+        ).reshape(layers, experts)
     elif kind == "lognormal":
         w = rng.lognormal(0.0, draw(st.floats(0.0, 3.0)), size=(layers, experts))
     else:  # many idle experts, a few hot ones
@@ -41,8 +43,7 @@ def test_eplb_invariants(cfg):
     # each GPU gets exactly slots/gpus slots
     for layer in range(layers):
         assert np.all(np.bincount(res.slot_gpu[layer], minlength=gpus) == per_gpu)
-        assert np.array_equal(np.bincount(res.phy2log[layer], minlength=experts),
-                              res.replica_count[layer])
+        assert np.array_equal(np.bincount(res.phy2log[layer], minlength=experts), res.replica_count[layer])
     # every expert has a replica; replica counts sum to the slots
     assert np.all(res.replica_count >= 1)
     assert np.all(res.replica_count.sum(axis=1) == slots)
@@ -58,9 +59,13 @@ def test_eplb_invariants(cfg):
 
 
 @settings(max_examples=150, deadline=None)
-@given(experts=st.sampled_from([8, 16, 24, 32, 48, 64, 96, 128]),
-       gpus=st.integers(1, 8), mult=st.floats(2.0, 4.0), s=st.floats(0.3, 2.0),
-       seed=st.integers(0, 10_000))
+@given(
+    experts=st.sampled_from([8, 16, 24, 32, 48, 64, 96, 128]),
+    gpus=st.integers(1, 8),
+    mult=st.floats(2.0, 4.0),
+    s=st.floats(0.3, 2.0),
+    seed=st.integers(0, 10_000),
+)
 def test_two_slots_per_expert_balances_skewed_load(experts, gpus, mult, s, seed):
     """With >= 2 slots per expert and >= 16 slots per GPU, Zipf-skewed loads end within 10% of
     perfect balance. (With few slots per GPU the granularity of one replica limits balance;

@@ -5,6 +5,7 @@ then the strict builder). Every case must end in a valid spec or a clean error: 
 subclass whose message is one short line. A seeded mutation loop (not hypothesis) keeps >= 10,000
 cases well inside a minute; a failure prints the seed and case number to replay it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,25 +33,125 @@ HF_FILES = sorted((ROOT / "tests" / "data" / "hf_configs").glob("*.json"))
 SEED = int(os.environ.get("MOESIM_FUZZ_SEED", "20261130"))
 MAX_MESSAGE = 1200
 
-WORDS = ["mla", "gqa", "mha", "fp8", "bf16", "fp16", "fp4", "sigmoid", "softmax", "noaux_tc", "greedy", "fp8",
-         "deepseek_v3", "qwen3_moe", "mixtral", "llama", "", " ", "abc", "1e3", "nan", ".inf", "-1", "0x10",
-         "null", "true", "line\nbreak", "ünïcödé", "!!python/object:os.system", "{a: 1}", "[1, 2]"]
-KEYS = ["num_layers", "hidden_size", "moe", "attention", "kind", "num_experts", "top_k", "n_group", "topk_group",
-        "num_heads", "num_kv_heads", "head_dim", "kv_lora_rank", "memory_GB", "hbm_bw_GBps", "gpus_per_node",
-        "nvlink_bw_GBps", "rdma_eff_bw_GBps", "model_type", "num_hidden_layers", "n_routed_experts",
-        "num_attention_heads", "num_key_value_heads", "first_k_dense_replace", "moe_layer_freq", "text_config",
-        "quantization_config", "weight_block_size", "mlp_only_layers", "decoder_sparse_step", "bogus", "Name",
-        "x.y", "with space", "", "1", "line\nbreak"]
+WORDS = [
+    "mla",
+    "gqa",
+    "mha",
+    "fp8",
+    "bf16",
+    "fp16",
+    "fp4",
+    "sigmoid",
+    "softmax",
+    "noaux_tc",
+    "greedy",
+    "fp8",
+    "deepseek_v3",
+    "qwen3_moe",
+    "mixtral",
+    "llama",
+    "",
+    " ",
+    "abc",
+    "1e3",
+    "nan",
+    ".inf",
+    "-1",
+    "0x10",
+    "null",
+    "true",
+    "line\nbreak",
+    "ünïcödé",
+    "!!python/object:os.system",
+    "{a: 1}",
+    "[1, 2]",
+]
+KEYS = [
+    "num_layers",
+    "hidden_size",
+    "moe",
+    "attention",
+    "kind",
+    "num_experts",
+    "top_k",
+    "n_group",
+    "topk_group",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "kv_lora_rank",
+    "memory_GB",
+    "hbm_bw_GBps",
+    "gpus_per_node",
+    "nvlink_bw_GBps",
+    "rdma_eff_bw_GBps",
+    "model_type",
+    "num_hidden_layers",
+    "n_routed_experts",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "text_config",
+    "quantization_config",
+    "weight_block_size",
+    "mlp_only_layers",
+    "decoder_sparse_step",
+    "bogus",
+    "Name",
+    "x.y",
+    "with space",
+    "",
+    "1",
+    "line\nbreak",
+]
 
 
 def weird_value(rng: random.Random, depth: int = 0):
     r = rng.random()
     if r < 0.30:  # plausible numbers reach the deeper validation branches
-        return rng.choice([0, 1, 2, 3, 4, 7, 8, 16, 61, 64, 128, 256, 512, 1024, 4096, 7168, 18432, 163840,
-                           rng.randint(-5, 300), rng.randint(0, 10**6)])
+        return rng.choice(
+            [
+                0,
+                1,
+                2,
+                3,
+                4,
+                7,
+                8,
+                16,
+                61,
+                64,
+                128,
+                256,
+                512,
+                1024,
+                4096,
+                7168,
+                18432,
+                163840,
+                rng.randint(-5, 300),
+                rng.randint(0, 10**6),
+            ]
+        )
     if r < 0.45:
-        return rng.choice([0.0, -0.0, 0.5, 1.0, 1.5, -1.0, 1e-300, 1e300, 1e308, float("nan"), float("inf"),
-                           -float("inf"), rng.uniform(-10, 1e4)])
+        return rng.choice(
+            [
+                0.0,
+                -0.0,
+                0.5,
+                1.0,
+                1.5,
+                -1.0,
+                1e-300,
+                1e300,
+                1e308,
+                float("nan"),
+                float("inf"),
+                -float("inf"),
+                rng.uniform(-10, 1e4),
+            ]
+        )
     if r < 0.55:
         return rng.choice([None, True, False])
     if r < 0.62:
@@ -68,7 +169,7 @@ def _containers(obj, out=None):
     out = [] if out is None else out
     if isinstance(obj, (dict, list)):
         out.append(obj)
-        for v in (obj.values() if isinstance(obj, dict) else obj):
+        for v in obj.values() if isinstance(obj, dict) else obj:
             _containers(v, out)
     return out
 
@@ -122,8 +223,39 @@ def mutate_text(rng: random.Random, text: str) -> str:
     chars = list(text)
     for _ in range(rng.randint(1, 6)):
         i = rng.randrange(len(chars) + 1)
-        c = rng.choice([":", "-", " ", "\t", "\n", "[", "]", "{", "}", "&", "*", "!", "#", "'", '"', "|", ">",
-                        "%", "@", "`", ",", "?", "0", "9", ".", "e", "\x00", "\ufeff", "é"])
+        c = rng.choice(
+            [
+                ":",
+                "-",
+                " ",
+                "\t",
+                "\n",
+                "[",
+                "]",
+                "{",
+                "}",
+                "&",
+                "*",
+                "!",
+                "#",
+                "'",
+                '"',
+                "|",
+                ">",
+                "%",
+                "@",
+                "`",
+                ",",
+                "?",
+                "0",
+                "9",
+                ".",
+                "e",
+                "\x00",
+                "\ufeff",
+                "é",
+            ]
+        )
         if rng.random() < 0.5 and i < len(chars):
             chars[i] = c
         elif rng.random() < 0.5 and i < len(chars):
@@ -169,8 +301,9 @@ def test_fuzz_spec_loaders(tmp_path, capsys):
     t0 = time.perf_counter()
     counts = {"valid": 0, "error": 0}
     n = 0
-    shipped = [(p, load_model, check_model, yaml.safe_load(p.read_text())) for p in MODEL_FILES] + \
-              [(p, load_hardware, check_hardware, yaml.safe_load(p.read_text())) for p in HW_FILES]
+    shipped = [(p, load_model, check_model, yaml.safe_load(p.read_text())) for p in MODEL_FILES] + [
+        (p, load_hardware, check_hardware, yaml.safe_load(p.read_text())) for p in HW_FILES
+    ]
     texts = {p: p.read_text() for p, *_ in shipped}
     f = tmp_path / "spec.yaml"
 
@@ -232,7 +365,9 @@ def test_fuzz_spec_loaders(tmp_path, capsys):
 
     elapsed = time.perf_counter() - t0
     with capsys.disabled():
-        print(f"\nfuzz cases: {n:,} ({counts['valid']:,} valid specs, {counts['error']:,} clean errors) in "
-              f"{elapsed:.1f} s (YAML files {t_yaml:.1f} s)")
+        print(
+            f"\nfuzz cases: {n:,} ({counts['valid']:,} valid specs, {counts['error']:,} clean errors) in "
+            f"{elapsed:.1f} s (YAML files {t_yaml:.1f} s)"
+        )
     assert n >= 10_000
     assert counts["valid"] > 100 and counts["error"] > 1000  # the mutations reach both outcomes

@@ -1,7 +1,7 @@
 """Invariants over random VALID configurations (hypothesis).
 
 A configuration: a model in {deepseek-v3, qwen3-30b-a3b, mixtral-8x7b, llama-3-1-70b}, a catalog
-GPU, decode or prefill, a parallel layout that `moesim.config.check_grid` accepts, batch, context,
+GPU, decode or prefill, a parallel layout that `moesim.grid.validity.check_grid` accepts, batch, context,
 MTP drafts (DeepSeek-V3 decode), an overlap scheme that applies, cost mode roofline or calibrated.
 
 * every output is finite and positive (step time, TPOT / TTFT, tokens/s, memory);
@@ -12,10 +12,11 @@ MTP drafts (DeepSeek-V3 decode), an overlap scheme that applies, cost mode roofl
 * a sweep row equals estimate at the same point;
 * overlap auto <= serial.
 """
+
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -24,9 +25,9 @@ from hypothesis import strategies as st
 
 import moesim
 from moesim.api import estimate
-from moesim.config import check_grid
 from moesim.errors import MoesimError
-from moesim.grid import Grid
+from moesim.grid.core import Grid
+from moesim.grid.validity import check_grid
 from moesim.specs import catalog, load_hardware, load_model
 
 MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-1-70b")
@@ -37,21 +38,22 @@ PREFILL_OVERLAPS = (None, "serial", "shared", "sbo", "two-batch", "ideal", "auto
 MICRO_BATCHED = ("two-batch", "five-stage")
 REL = 1e-9  # float noise allowed in "never slower"
 
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
-                                                                          HealthCheck.filter_too_much])
+SETTINGS = dict(
+    deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(name):
     return load_model(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hw(name):
     return load_hardware(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def layouts(model_name: str, phase: str) -> tuple:
     """Parallel layouts (tp, dp, ep, moe_tp, redundant) that check_grid accepts for this model."""
     m = _model(model_name)
@@ -62,13 +64,17 @@ def layouts(model_name: str, phase: str) -> tuple:
             if gpus > 256:
                 continue
             if m.is_moe:
-                combos = [(gpus, 1, r) for r in (0, 32)] + [(gpus // 2, 2, 0)] if gpus % 2 == 0 else \
-                    [(gpus, 1, r) for r in (0, 32)]
+                combos = (
+                    [(gpus, 1, r) for r in (0, 32)] + [(gpus // 2, 2, 0)]
+                    if gpus % 2 == 0
+                    else [(gpus, 1, r) for r in (0, 32)]
+                )
             else:
                 combos = [(1, gpus, 0)]
             for ep, moe_tp, red in combos:
-                g = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=1, context=1, mtp=0, acceptance=0.8,
-                                redundant=red)
+                g = Grid.single(
+                    tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=1, context=1, mtp=0, acceptance=0.8, redundant=red
+                )
                 if check_grid(m, _hw("h800"), g, phase)[0][0]:
                     out.append((tp, dp, ep, moe_tp, red))
     assert out, (model_name, phase)
@@ -95,11 +101,25 @@ def configs(draw, phases=("decode", "prefill"), overlaps=True, cost_modes=COST_M
         overlap = draw(st.sampled_from(DECODE_OVERLAPS if phase == "decode" else PREFILL_OVERLAPS))
         if overlap in MICRO_BATCHED and batch < 2:
             overlap = "shared"
-    cfg = dict(model=model, hardware=hw, phase=phase, tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch,
-               context=context, mtp=mtp, acceptance=acceptance, redundant_experts=red, overlap=overlap,
-               cost_mode=draw(st.sampled_from(cost_modes)))
-    g = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
-                    acceptance=acceptance, redundant=red)
+    cfg = dict(
+        model=model,
+        hardware=hw,
+        phase=phase,
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        moe_tp=moe_tp,
+        batch=batch,
+        context=context,
+        mtp=mtp,
+        acceptance=acceptance,
+        redundant_experts=red,
+        overlap=overlap,
+        cost_mode=draw(st.sampled_from(cost_modes)),
+    )
+    g = Grid.single(
+        tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp, acceptance=acceptance, redundant=red
+    )
     assert check_grid(m, _hw(hw), g, phase)[0][0], cfg  # valid by construction
     return cfg
 
@@ -144,10 +164,15 @@ def _raise(hw_name: str, what: str, k: float) -> list:
     if what == "flops":
         return [f"hardware.fp8_tflops={h.fp8_tflops * k!r}", f"hardware.bf16_tflops={h.bf16_tflops * k!r}"]
     if what == "rdma":
-        return [f"hardware.rdma_bw_GBps={h.rdma_bw_GBps * k!r}", f"hardware.rdma_eff_bw_GBps={h.rdma_eff_bw_GBps * k!r}"]
+        return [
+            f"hardware.rdma_bw_GBps={h.rdma_bw_GBps * k!r}",
+            f"hardware.rdma_eff_bw_GBps={h.rdma_eff_bw_GBps * k!r}",
+        ]
     if what == "nvlink":
-        return [f"hardware.nvlink_bw_GBps={h.nvlink_bw_GBps * k!r}",
-                f"hardware.nvlink_eff_bw_GBps={h.nvlink_eff_bw_GBps * k!r}"]
+        return [
+            f"hardware.nvlink_bw_GBps={h.nvlink_bw_GBps * k!r}",
+            f"hardware.nvlink_eff_bw_GBps={h.nvlink_eff_bw_GBps * k!r}",
+        ]
     raise AssertionError(what)
 
 
@@ -188,16 +213,31 @@ def test_decode_max_batch_consistent_with_fits(cfg):
 @given(configs())
 def test_sweep_row_equals_estimate(cfg):
     r = run(cfg)
-    axes = {"tp": [cfg["tp"]], "dp": [cfg["dp"]], "ep": [cfg["ep"]], "moe_tp": [cfg["moe_tp"]],
-            "batch": [cfg["batch"]], "context": [cfg["context"]], "mtp": [cfg["mtp"]],
-            "acceptance": [cfg["acceptance"]], "redundant": [cfg["redundant_experts"]]}
+    axes = {
+        "tp": [cfg["tp"]],
+        "dp": [cfg["dp"]],
+        "ep": [cfg["ep"]],
+        "moe_tp": [cfg["moe_tp"]],
+        "batch": [cfg["batch"]],
+        "context": [cfg["context"]],
+        "mtp": [cfg["mtp"]],
+        "acceptance": [cfg["acceptance"]],
+        "redundant": [cfg["redundant_experts"]],
+    }
     if cfg["overlap"]:
         axes["overlap"] = [cfg["overlap"]]
     df = moesim.sweep(cfg["model"], cfg["hardware"], cfg["phase"], axes, cost_mode=cfg["cost_mode"])
     assert len(df) == 1 and bool(df["valid"].iloc[0]), df[["valid", "reason"]]
     row = df.iloc[0]
-    keys = ["step_time_s", "tokens_per_s_per_gpu", "tokens_per_s_per_node", "max_batch", "total_bytes",
-            "kv_cache_bytes", "weights_bytes"]
+    keys = [
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "tokens_per_s_per_node",
+        "max_batch",
+        "total_bytes",
+        "kv_cache_bytes",
+        "weights_bytes",
+    ]
     keys += ["tpot_s", "tokens_per_s_per_user"] if cfg["phase"] == "decode" else ["ttft_s"]
     for k in keys:
         assert row[k] == pytest.approx(_num(r, k) if k in r.values else r.memory[k], rel=1e-12), (k, cfg)

@@ -1,5 +1,6 @@
 """pareto_mask (sort-based, O(n log n)) == the naive O(n^2) definition, on random inputs with
 ties, duplicates, infinities and NaNs."""
+
 import math
 
 import numpy as np
@@ -7,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.pareto import frontier_at, pareto, pareto_mask
+from moesim.analyses.pareto import frontier_at, pareto, pareto_mask
 
 
 def oracle(x, y):
@@ -18,14 +19,19 @@ def oracle(x, y):
         if math.isnan(x[i]) or math.isnan(y[i]):
             continue
         out[i] = not any(
-            not (math.isnan(x[j]) or math.isnan(y[j])) and x[j] >= x[i] and y[j] >= y[i]
-            and (x[j] > x[i] or y[j] > y[i]) for j in range(n))
+            not (math.isnan(x[j]) or math.isnan(y[j]))
+            and x[j] >= x[i]
+            and y[j] >= y[i]
+            and (x[j] > x[i] or y[j] > y[i])
+            for j in range(n)
+        )
     return out
 
 
 # few distinct values -> many ties and exact duplicates
-small = st.one_of(st.integers(-3, 3).map(float), st.just(float("nan")), st.just(float("inf")),
-                  st.just(float("-inf")), st.just(-0.0))
+small = st.one_of(
+    st.integers(-3, 3).map(float), st.just(float("nan")), st.just(float("inf")), st.just(float("-inf")), st.just(-0.0)
+)
 wide = st.floats(allow_nan=True, allow_infinity=True, width=64)
 points = st.lists(st.tuples(st.one_of(small, wide), st.one_of(small, wide)), max_size=60)
 
@@ -63,13 +69,19 @@ def test_grouped_frontier_is_per_group_mask(rows):
     front = pareto(df, x="u", y="v", group_by="g")
     want = sum(int(pareto_mask(d["u"], d["v"]).sum()) for _, d in df.groupby("g"))
     assert len(front) == want
-    for g, d in front.groupby("g"):
+    for _g, d in front.groupby("g"):
         assert pareto_mask(d["u"], d["v"]).all()
 
 
 def test_infeasible_rows_excluded_and_interpolation():
-    df = pd.DataFrame({"x": [1.0, 2.0, 3.0, 10.0], "y": [100.0, 10.0, 1.0, 1000.0],
-                       "valid": [True, True, True, False], "fits": [True, True, True, True]})
+    df = pd.DataFrame(
+        {
+            "x": [1.0, 2.0, 3.0, 10.0],
+            "y": [100.0, 10.0, 1.0, 1000.0],
+            "valid": [True, True, True, False],
+            "fits": [True, True, True, True],
+        }
+    )
     f = pareto(df, x="x", y="y")
     assert list(f["x"]) == [1.0, 2.0, 3.0]
     assert np.isclose(frontier_at(f, 1.5, x="x", y="y"), np.sqrt(100.0 * 10.0))  # linear in x, log in y

@@ -1,16 +1,26 @@
 """Schedule invariants on random op costs (issue 4)."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.api import estimate
+from moesim.enums import OpKind, Stream
 from moesim.perf.cost import OpCost
 from moesim.schedule.schemes import SCHEMES, layer_period
-from moesim.types import OpKind, Stream
 
-COMPUTE_OPS = [("attn_norm", 1), ("qkv_a_proj", 1), ("attn_core", 2), ("o_proj", 2), ("router", 2),
-               ("shared_gate_up", 3), ("shared_down", 3), ("experts_gate_up", 4), ("experts_down", 4)]
+COMPUTE_OPS = [
+    ("attn_norm", 1),
+    ("qkv_a_proj", 1),
+    ("attn_core", 2),
+    ("o_proj", 2),
+    ("router", 2),
+    ("shared_gate_up", 3),
+    ("shared_down", 3),
+    ("experts_gate_up", 4),
+    ("experts_down", 4),
+]
 
 
 def _costs(times, disp, comb, sm_share=0.0):
@@ -22,8 +32,23 @@ def _costs(times, disp, comb, sm_share=0.0):
     for name, stage, t in (("dispatch", 3, disp), ("combine", 4, comb)):
         t = np.asarray(t, float)
         z = np.zeros_like(t)
-        out.append(OpCost(name, Stream.COMM, stage, t, z, z, t, z.astype(int) + 2, "roofline", z, z,
-                          sm_share=sm_share, kind=OpKind.ALL_TO_ALL))
+        out.append(
+            OpCost(
+                name,
+                Stream.COMM,
+                stage,
+                t,
+                z,
+                z,
+                t,
+                z.astype(int) + 2,
+                "roofline",
+                z,
+                z,
+                sm_share=sm_share,
+                kind=OpKind.ALL_TO_ALL,
+            )
+        )
     return out
 
 
@@ -71,11 +96,20 @@ def test_vectorized_equals_scalar():
 CASE = dict(phase="decode", ep=144, dp=144, tp=1, redundant_experts=32, batch=88, context=4989, mtp=1)
 
 
-@pytest.mark.parametrize("field", ["hardware.rdma_bw_GBps", "hardware.hbm_bw_GBps", "hardware.nvlink_bw_GBps",
-                                   "hardware.fp8_tflops", "hardware.bf16_tflops"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "hardware.rdma_bw_GBps",
+        "hardware.hbm_bw_GBps",
+        "hardware.nvlink_bw_GBps",
+        "hardware.fp8_tflops",
+        "hardware.bf16_tflops",
+    ],
+)
 @pytest.mark.parametrize("overlap", ["serial", "shared", "five-stage", "ideal"])
 def test_halving_a_rate_never_speeds_a_step(field, overlap):
     from moesim import load_hardware
+
     h = load_hardware("h800")
     key = field.split(".")[1]
     half = [f"{field}={getattr(h, key) / 2}"]
@@ -92,4 +126,5 @@ def test_halving_a_rate_never_speeds_a_step(field, overlap):
 def test_two_layers_reach_steady_state(times, disp, comb, share, name):
     costs = _costs(times, disp, comb, share)
     assert float(layer_period(costs, SCHEMES[name])) == pytest.approx(
-        float(layer_period(costs, SCHEMES[name], periods=10)), rel=1e-9, abs=1e-15)
+        float(layer_period(costs, SCHEMES[name], periods=10)), rel=1e-9, abs=1e-15
+    )

@@ -5,7 +5,7 @@ never NaN/inf in the output.
 * CLI cases run `moesim.cli.main(argv)` in process (exactly the wrapper the `moesim` entry point
   calls) with stdout/stderr captured and warnings recorded: exit code != 0, stderr is one line
   `error: ...`, stdout is empty. A few run as real subprocesses (`python -m moesim.cli`) too.
-* API cases call moesim.estimate / moesim.sweep / plan / eplb / loaders: a MoesimError subclass
+* API cases call moesim.estimate / moesim.analyses.sweep / plan / eplb / loaders: a MoesimError subclass
   with a one-line message.
 * Each case lists needles that must appear in the message (the field, and the allowed range or
   the problem), case-insensitive.
@@ -13,6 +13,7 @@ never NaN/inf in the output.
 The last test prints `bad inputs tried: N, clean errors: M` and asserts M == N (it runs any case
 the selection skipped, so the count is always the whole table).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,23 +23,22 @@ import json
 import random
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, Union
 
 import numpy as np
 import pytest
 import yaml
 
 from moesim.errors import MoesimError
-
 from tests.conftest import ROOT, run_cli
 
 
 @dataclass(frozen=True)
 class Case:
     id: str
-    args: Union[Sequence[str], Callable]  # argv for the CLI, or f(files) for the API
+    args: Sequence[str] | Callable  # argv for the CLI, or f(files) for the API
     needles: Sequence[str]
     subprocess: bool = False  # also run as a real `python -m moesim.cli` process
 
@@ -167,14 +167,18 @@ def _make_files(d: Path) -> dict:
 # ------------------------------------------------------------------------------------ the table
 def _est(**kw):
     import moesim
-    return lambda f: moesim.estimate(**{k: (f[v[2:]] if isinstance(v, str) and v.startswith("f:") else v)
-                                        for k, v in kw.items()})
+
+    return lambda f: moesim.estimate(
+        **{k: (f[v[2:]] if isinstance(v, str) and v.startswith("f:") else v) for k, v in kw.items()}
+    )
 
 
 def _sweep(**kw):
     import moesim
-    return lambda f: moesim.sweep(**{k: (f[v[2:]] if isinstance(v, str) and v.startswith("f:") else v)
-                                     for k, v in kw.items()})
+
+    return lambda f: moesim.sweep(
+        **{k: (f[v[2:]] if isinstance(v, str) and v.startswith("f:") else v) for k, v in kw.items()}
+    )
 
 
 PLAN = "plan --input-tokens 1e9 --output-tokens 1e9"
@@ -306,11 +310,19 @@ CASES = [
     cli("sweep-hardware", "sweep --ep 8 --hardware h800,bogus", "hardware", "available"),
     cli("pareto-column", "pareto --ep 8 --x bogus", "no column 'bogus'", "available"),
     cli("pareto-per", "pareto --ep 8 --per bogus", "--per", "gpu, node"),
-    cli("disagg-mtp-no-module", "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --model qwen3-30b-a3b "
-        "--mtp 1", "mtp", "allowed 0"),
+    cli(
+        "disagg-mtp-no-module",
+        "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --model qwen3-30b-a3b --mtp 1",
+        "mtp",
+        "allowed 0",
+    ),
     cli("disagg-isl-nan", "disagg --isl nan --osl 100 --max-ttft 2 --max-tpot 0.05", "isl", "positive"),
-    cli("disagg-instances", "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --max-instances 0",
-        "max_instances", ">= 1"),
+    cli(
+        "disagg-instances",
+        "disagg --isl 1000 --osl 100 --max-ttft 2 --max-tpot 0.05 --max-instances 0",
+        "max_instances",
+        ">= 1",
+    ),
     # --- plan / traffic
     cli("plan-no-traffic", "plan", "input_tokens", "required"),
     cli("plan-traffic-binary", "plan --traffic {binary}", "traffic", "cannot read"),
@@ -332,15 +344,13 @@ CASES = [
     cli("eplb-zipf-nan", "eplb --zipf nan", "--zipf", ">= 0"),
     cli("eplb-divisible", "eplb --experts 16 --slots 20 --gpus 8", "--slots", "multiple of --gpus"),
     cli("eplb-absurd", "eplb --layers 100000000", "--layers", "10,000"),
-    cli("eplb-cells", "eplb --experts 100000 --slots 100000 --gpus 100 --layers 10000", "placement cells",
-        "at most"),
+    cli("eplb-cells", "eplb --experts 100000 --slots 100000 --gpus 100 --layers 10000", "placement cells", "at most"),
     # --- kernel / timeline / validate / calibrate show
     cli("kernel-op", "kernel --op bogus", "--op", "gemm"),
     cli("kernel-nan", "kernel --op gemm --m nan --n 1 --k 1", "--m", "(0, 1e+09]"),
     cli("kernel-absurd", "kernel --op gemm --m 1e300 --n 1 --k 1", "--m", "(0, 1e+09]"),
     cli("kernel-q-len", "kernel --op mla_decode --batch 1 --context 1 --q-len nan", "--q-len", "(0"),
-    cli("kernel-mla-on-gqa", "kernel --op mla_decode --batch 1 --context 1 --model qwen3-30b-a3b", "mla_decode",
-        "MLA"),
+    cli("kernel-mla-on-gqa", "kernel --op mla_decode --batch 1 --context 1 --model qwen3-30b-a3b", "mla_decode", "MLA"),
     cli("kernel-ep-fraction", "kernel --op dispatch --ep 7.5 --tokens 128", "--ep", "integer"),
     cli("timeline-microbatch", "timeline --batch 1 --overlap two-batch", "overlap", "batch >= 2"),
     cli("timeline-out", "timeline --out /nonexistent/x.png", "--out", "writable"),
@@ -350,11 +360,16 @@ CASES = [
     cli("validate-same-as", "validate {c_same}", "same_as", "allowed"),
     cli("validate-config", "validate {c_cfg}", "config", "mapping"),
     cli("calibrate-show-name", "calibrate show bogus", "profile", "available"),
-    cli("calibrate-fit-columns", "calibrate fit {cal_columns} --gpu h800 --out {adir}/c1.yaml", "missing columns",
-        "time_s"),
+    cli(
+        "calibrate-fit-columns",
+        "calibrate fit {cal_columns} --gpu h800 --out {adir}/c1.yaml",
+        "missing columns",
+        "time_s",
+    ),
     cli("calibrate-fit-binary", "calibrate fit {binary} --gpu h800 --out {adir}/c2.yaml", "cannot read"),
-    cli("calibrate-fit-missing", "calibrate fit /nonexistent/gemm.csv --gpu h800 --out {adir}/c3.yaml",
-        "does not exist"),
+    cli(
+        "calibrate-fit-missing", "calibrate fit /nonexistent/gemm.csv --gpu h800 --out {adir}/c3.yaml", "does not exist"
+    ),
     cli("calibrate-show-corrupt", "calibrate show {p_trunc}", "profile", "corrupted YAML"),
     # --- Python API
     api("api-batch-text", _est(batch="abc"), "batch", "not a number"),
@@ -381,27 +396,67 @@ CASES = [
     api("api-sweep-filter", _sweep(axes={"ep": [8]}, filters={"max_tpot_s": float("nan")}), "max_tpot_s", "> 0"),
     api("api-sweep-isl", _sweep(phase="mixed", axes={"ep": [8]}, isl="abc", osl=1), "isl", "positive"),
     api("api-sweep-study", _sweep(study="f:study_set"), "study", "key=value"),
-    api("api-plan-negative", lambda f: __import__("moesim.plan", fromlist=["plan"]).plan(
-        {"input_tokens": -1, "output_tokens": 1}), "input_tokens", ">= 0"),
-    api("api-plan-type", lambda f: __import__("moesim.plan", fromlist=["plan"]).plan(5), "traffic", "mapping"),
-    api("api-plan-slo-nan", lambda f: __import__("moesim.plan", fromlist=["plan"]).decode_capacity(
-        "deepseek-v3", "h800", min_tokens_per_s_per_user=float("nan")), "min_tokens_per_s_per_user", ">= 0"),
-    api("api-plan-max-batch", lambda f: __import__("moesim.plan", fromlist=["plan"]).decode_capacity(
-        "deepseek-v3", "h800", __import__("moesim.traffic", fromlist=["x"]).DecodePool(max_batch=0)),
-        "decode.max_batch", ">= 1"),
-    api("api-eplb-nan", lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).rebalance_experts(
-        np.array([[1.0, np.nan]]), 2, 1, 1, 1), "weight", "finite"),
-    api("api-eplb-ragged", lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).rebalance_experts(
-        [[1, 2], [3]], 4, 1, 1, 2), "weight", "array"),
-    api("api-eplb-command", lambda f: __import__("moesim.balance.cli", fromlist=["x"]).eplb_command(
-        experts=float("nan"), echo=lambda s: None), "--experts", ">= 1"),
+    api(
+        "api-plan-negative",
+        lambda f: __import__("moesim.analyses.plan", fromlist=["plan"]).plan({"input_tokens": -1, "output_tokens": 1}),
+        "input_tokens",
+        ">= 0",
+    ),
+    api("api-plan-type", lambda f: __import__("moesim.analyses.plan", fromlist=["plan"]).plan(5), "traffic", "mapping"),
+    api(
+        "api-plan-slo-nan",
+        lambda f: __import__("moesim.analyses.plan", fromlist=["plan"]).decode_capacity(
+            "deepseek-v3", "h800", min_tokens_per_s_per_user=float("nan")
+        ),
+        "min_tokens_per_s_per_user",
+        ">= 0",
+    ),
+    api(
+        "api-plan-max-batch",
+        lambda f: __import__("moesim.analyses.plan", fromlist=["plan"]).decode_capacity(
+            "deepseek-v3", "h800", __import__("moesim.specs.traffic", fromlist=["x"]).DecodePool(max_batch=0)
+        ),
+        "decode.max_batch",
+        ">= 1",
+    ),
+    api(
+        "api-eplb-nan",
+        lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).rebalance_experts(
+            np.array([[1.0, np.nan]]), 2, 1, 1, 1
+        ),
+        "weight",
+        "finite",
+    ),
+    api(
+        "api-eplb-ragged",
+        lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).rebalance_experts([[1, 2], [3]], 4, 1, 1, 2),
+        "weight",
+        "array",
+    ),
+    api(
+        "api-eplb-command",
+        lambda f: __import__("moesim.cli.eplb", fromlist=["x"]).eplb_command(experts=float("nan"), echo=lambda s: None),
+        "--experts",
+        ">= 1",
+    ),
     api("api-load-model-dir", lambda f: __import__("moesim").load_model(f["adir"] + "/"), "not a file"),
-    api("api-load-hardware-overrides", lambda f: __import__("moesim").load_hardware(
-        "h800", {"hbm_bw_GBps": float("inf")}), "hbm_bw_GBps", "finite"),
-    api("api-hf-not-dict", lambda f: __import__("moesim.specs.hf_import", fromlist=["x"]).mapping_from_hf_config(
-        [1, 2], name="x"), "expected a JSON object"),
-    api("api-traffic-file", lambda f: __import__("moesim.traffic", fromlist=["x"]).load_traffic(f["t_unknown"]),
-        "bogus", "unknown key"),
+    api(
+        "api-load-hardware-overrides",
+        lambda f: __import__("moesim").load_hardware("h800", {"hbm_bw_GBps": float("inf")}),
+        "hbm_bw_GBps",
+        "finite",
+    ),
+    api(
+        "api-hf-not-dict",
+        lambda f: __import__("moesim.specs.hf_import", fromlist=["x"]).mapping_from_hf_config([1, 2], name="x"),
+        "expected a JSON object",
+    ),
+    api(
+        "api-traffic-file",
+        lambda f: __import__("moesim.specs.traffic", fromlist=["x"]).load_traffic(f["t_unknown"]),
+        "bogus",
+        "unknown key",
+    ),
 ]
 
 # Calibration fit/show inputs (fixed after the hardening pass: fit.py rejects bad rows, profile.py
@@ -424,8 +479,11 @@ def _run_cli_inprocess(argv):
 
     out, err = io.StringIO(), io.StringIO()
     code, exc = None, None
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         warnings.simplefilter("always")
         try:
             main(list(argv))
@@ -453,7 +511,6 @@ def check_case(case: Case, files: dict) -> str:
             problems.append(f"stdout not empty: {out[:200]!r}")
         msg = lines[0] if lines else ""
     else:
-        caught = []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -504,9 +561,12 @@ def test_bad_input_as_a_user_sees_it(case, files):
 
 def test_no_nan_or_inf_in_outputs_of_extreme_but_valid_inputs():
     """Extremes that are allowed still produce finite numbers (JSON null at most, never NaN)."""
-    for argv in (["estimate", "--batch", "1e9", "--json"], ["estimate", "--batch", "1e-9", "--json"],
-                 ["estimate", "--phase", "prefill", "--batch", "1e9", "--context", "163840", "--json"],
-                 ["estimate", "--expert-skew", "zipf:1e308", "--json"]):
+    for argv in (
+        ["estimate", "--batch", "1e9", "--json"],
+        ["estimate", "--batch", "1e-9", "--json"],
+        ["estimate", "--phase", "prefill", "--batch", "1e9", "--context", "163840", "--json"],
+        ["estimate", "--expert-skew", "zipf:1e308", "--json"],
+    ):
         code, out, err, exc, caught = _run_cli_inprocess(argv)
         assert exc is None and code == 0 and not caught, (argv, exc, err, caught)
         assert not _NONFINITE.search(out), argv
@@ -517,8 +577,22 @@ def test_no_nan_or_inf_in_outputs_of_extreme_but_valid_inputs():
 def test_disagg_default_space_on_a_model_without_mtp():
     """The default decode space drafts one MTP token; for a model without MTP the CLI drops it
     (every decode row used to be invalid, reported as 'no decode configuration meets TPOT')."""
-    code, out, err, exc, caught = _run_cli_inprocess(["disagg", "--isl", "1000", "--osl", "100", "--max-ttft", "2",
-                                                      "--max-tpot", "0.05", "--model", "qwen3-30b-a3b", "--json"])
+    code, out, err, exc, caught = _run_cli_inprocess(
+        [
+            "disagg",
+            "--isl",
+            "1000",
+            "--osl",
+            "100",
+            "--max-ttft",
+            "2",
+            "--max-tpot",
+            "0.05",
+            "--model",
+            "qwen3-30b-a3b",
+            "--json",
+        ]
+    )
     assert exc is None and code == 0, (exc, err)
     d = json.loads(out)
     assert d["decode"] is not None and d["decode"]["mtp"] == 0

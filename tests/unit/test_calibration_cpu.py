@@ -7,6 +7,7 @@ single timing can be off by tens of percent (on an idle box the held-out error i
 one torch thread: multi-threaded BLAS on an oversubscribed box stalls whenever one of its threads
 is descheduled, which makes timings erratic rather than just slow.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the CPU calibration runners need torch (pip install torch==2.13.0)")
 
 from moesim.calibration import fit as F  # noqa: E402
-from moesim.calibration.cli import run_kernel  # noqa: E402
 from moesim.calibration.records import read_csv_rows, write_rows  # noqa: E402
+from moesim.cli.calibrate import run_kernel  # noqa: E402
 from moesim.perf.profile import Profile, read_profile_file  # noqa: E402
 
 HELD_BACK_M = "64"
@@ -32,11 +33,13 @@ def _restore_threads():
 
 def test_cpu_gemm_runner_resumes_and_the_fit_predicts_held_back_sizes(tmp_path):
     out = tmp_path / "gemm.csv"
-    res = run_kernel("gemm", backend="torch", device="cpu", quick=True, out=out, progress=False, threads=1,
-                     echo=lambda s: None)
+    res = run_kernel(
+        "gemm", backend="torch", device="cpu", quick=True, out=out, progress=False, threads=1, echo=lambda s: None
+    )
     assert res is not None and res.written == 12 and res.skipped_existing == 0
-    again = run_kernel("gemm", backend="torch", device="cpu", quick=True, out=out, progress=False, threads=1,
-                       echo=lambda s: None)
+    again = run_kernel(
+        "gemm", backend="torch", device="cpu", quick=True, out=out, progress=False, threads=1, echo=lambda s: None
+    )
     assert again.written == 0 and again.skipped_existing == 12  # resume: nothing re-timed
 
     rows = read_csv_rows(out)
@@ -62,8 +65,16 @@ def test_cpu_gemm_runner_resumes_and_the_fit_predicts_held_back_sizes(tmp_path):
 
 def test_cpu_loop_for_grouped_gemm_mla_and_memcpy(tmp_path):
     for kernel, expect in (("grouped_gemm", 6), ("mla", 6), ("memcpy", 4)):
-        res = run_kernel(kernel, backend="torch", device="cpu", quick=True, out=tmp_path / f"{kernel}.csv",
-                         progress=False, threads=1, echo=lambda s: None)
+        res = run_kernel(
+            kernel,
+            backend="torch",
+            device="cpu",
+            quick=True,
+            out=tmp_path / f"{kernel}.csv",
+            progress=False,
+            threads=1,
+            echo=lambda s: None,
+        )
         assert res.written == expect, kernel
     prof = F.fit(sorted(tmp_path.glob("*.csv")), gpu="cpu", out=tmp_path / "cpu.yaml")
     kern = prof["kernels"]
@@ -72,11 +83,11 @@ def test_cpu_loop_for_grouped_gemm_mla_and_memcpy(tmp_path):
     assert 0 < prof["launch"]["us"] < 1e4
     assert {"grouped_gemm", "mla_decode"} <= set(prof["measured_on_this_gpu"])
     p = Profile(read_profile_file(tmp_path / "cpu.yaml"))
-    ec, _ = p.kernel_efficiency("grouped_gemm", m=np.array([8.0, 64.0]), n=7168, k=2048, groups=2, layout="masked",
-                                dtype="fp32")
+    ec, _ = p.kernel_efficiency(
+        "grouped_gemm", m=np.array([8.0, 64.0]), n=7168, k=2048, groups=2, layout="masked", dtype="fp32"
+    )
     assert np.all((ec > 0) & (ec <= 1))
-    ec, _ = p.kernel_efficiency("mla_decode", batch=np.array([1.0, 4.0]), q_len=1, heads=16, context=1024,
-                                dtype="fp32")
+    ec, _ = p.kernel_efficiency("mla_decode", batch=np.array([1.0, 4.0]), q_len=1, heads=16, context=1024, dtype="fp32")
     assert np.all((ec > 0) & (ec <= 1))
     t = p.measured_time("mla_decode", batch=4, q_len=1, heads=16, context=np.array([512.0, 768.0, 4096.0]))
     assert np.isfinite(t[0]) and np.isfinite(t[1]) and np.isnan(t[2])

@@ -4,6 +4,7 @@ The cross-validation bounds are pinned on the shipped H800 measurement CSVs (Dee
 README rows): held-out median |predicted/measured - 1| <= 10 % for GEMM, grouped GEMM, DeepEP
 low-latency and normal kernels.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,17 @@ def h800_fit():
 
 
 # ---------------------------------------------------------------------------- CV on published tables
-@pytest.mark.parametrize("name", ["gemm", "grouped_gemm", "deepep-ll dispatch", "deepep-ll combine",
-                                  "deepep-normal dispatch", "deepep-normal combine"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gemm",
+        "grouped_gemm",
+        "deepep-ll dispatch",
+        "deepep-ll combine",
+        "deepep-normal dispatch",
+        "deepep-normal combine",
+    ],
+)
 def test_cv_median_error_within_10pct_on_published_h800(h800_fit, name):
     table = {r["kernel"]: r for r in F.cv_table(h800_fit)}
     assert name in table, f"{name} was not fitted"
@@ -73,12 +83,13 @@ def test_shipped_h800_profile_is_the_fit_of_the_shipped_csvs(h800_fit):
         for op in ("dispatch", "combine"):
             for k in ("rdma_GBps", "nvlink_GBps"):
                 assert shipped["comm"][mode][op]["params"][k] == pytest.approx(
-                    h800_fit["comm"][mode][op]["params"][k], rel=1e-3)
+                    h800_fit["comm"][mode][op]["params"][k], rel=1e-3
+                )
 
 
 @pytest.mark.skipif(not REFERENCE.exists(), reason="validation/published_figures.csv missing")
 def test_shipped_csvs_are_the_extraction_of_the_published_rows(tmp_path):
-    from moesim.calibration.published import extract
+    from moesim.calibration.importers.published import extract
 
     extract(REFERENCE, tmp_path)
     for rel in ("h800/gemm.csv", "h800/grouped_gemm.csv", "h800/mla.csv", "h800/deepep.csv", "h100_sxm/pplx.csv"):
@@ -108,8 +119,9 @@ def test_routing_without_node_limit_is_comm_py():
 
 
 def test_ll_latency_and_logical_bandwidth_rows_agree():
-    rows = [r for r in read_csv_rows(ROOT / "calibration" / "measurements" / "h800" / "deepep.csv")
-            if r["mode"] == "ll"]
+    rows = [
+        r for r in read_csv_rows(ROOT / "calibration" / "measurements" / "h800" / "deepep.csv") if r["mode"] == "ll"
+    ]
     for r in rows:
         per = (7168 + 7168 / 128 * 4 + 16) if r["op"] == "dispatch" else 7168 * 2
         assert 128 * 8 * per / float(r["time_s"]) / 1e9 == pytest.approx(float(r["GBps"]), rel=0.06)
@@ -127,12 +139,21 @@ def test_profile_api_is_vectorized_and_bounded(h800):
     ec, em = h800.kernel_efficiency("gemm", m=m, n=n, k=7168.0, prefill=False, mode="x")  # extra keys ignored
     assert ec.shape == (1000, 3) and em.shape == (1000, 3)
     assert np.all((ec > 0) & (ec <= 1)) and np.all((em > 0) & (em <= 1))
-    g_ec, _ = h800.kernel_efficiency("grouped_gemm", m=np.array([1.0, 16.0, 128.0, 4096.0]), n=4096.0, k=7168.0,
-                                     groups=np.array([32.0]), layout="masked")
+    g_ec, _ = h800.kernel_efficiency(
+        "grouped_gemm",
+        m=np.array([1.0, 16.0, 128.0, 4096.0]),
+        n=4096.0,
+        k=7168.0,
+        groups=np.array([32.0]),
+        layout="masked",
+    )
     assert g_ec.shape == (4,) and np.all((g_ec > 0) & (g_ec <= 1))
     mla = h800.kernel_efficiency("mla_decode", batch=np.arange(1, 65.0), q_len=2, context=4096.0, heads=128)
-    assert mla[0].shape == (64,) and np.allclose(mla[0], 660 / 989, rtol=1e-3) and np.allclose(mla[1], 3000 / 3350,
-                                                                                               rtol=1e-3)
+    assert (
+        mla[0].shape == (64,)
+        and np.allclose(mla[0], 660 / 989, rtol=1e-3)
+        and np.allclose(mla[1], 3000 / 3350, rtol=1e-3)
+    )
     ec, em = h800.kernel_efficiency("elementwise")
     assert 0 < float(em) <= 1 and float(ec) == 1.0
     assert 0 < h800.launch_s < 1e-4
@@ -178,8 +199,14 @@ def test_measured_time_interpolates_only_where_covered(h800):
     assert t[1] == pytest.approx(2 * 64 * 2112 * 7168 / 206e12, rel=1e-4)  # DG-001
     assert t[1] < t[2] < t[3]
     assert np.all(np.isnan(h800.measured_time("gemm", m=64.0, n=1000.0, k=7168.0)))
-    g = h800.measured_time("grouped_gemm", m=np.array([256.0, 256.0]), n=7168.0, k=2048.0, groups=4,
-                           layout=np.array(["masked", "contiguous"], dtype=object))
+    g = h800.measured_time(
+        "grouped_gemm",
+        m=np.array([256.0, 256.0]),
+        n=7168.0,
+        k=2048.0,
+        groups=4,
+        layout=np.array(["masked", "contiguous"], dtype=object),
+    )
     assert g[0] == pytest.approx(2 * 4 * 256 * 7168 * 2048 / 815e12, rel=1e-4) and np.isnan(g[1])
     assert np.all(np.isnan(h800.measured_time("mla_decode", batch=8, q_len=1, heads=128, context=4096)))
 
@@ -245,8 +272,9 @@ def test_unknown_schema_version_asks_for_an_upgrade(tmp_path):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("text", ["schema_version: 1\ngpu: h800\nkernels: {gemm: [unclosed\n", "\x00\x01 ::: [",
-                                  "- just\n- a list\n", ""])
+@pytest.mark.parametrize(
+    "text", ["schema_version: 1\ngpu: h800\nkernels: {gemm: [unclosed\n", "\x00\x01 ::: [", "- just\n- a list\n", ""]
+)
 def test_corrupted_profile_is_one_line_error(tmp_path, text):
     path = _copy_profile(tmp_path, text=text)
     with pytest.raises(CalibrationError) as e:
@@ -269,7 +297,7 @@ def test_missing_profile_is_none_and_explicit_missing_path_is_an_error(tmp_path)
 
 # ---------------------------------------------------------------------------- atomic writes / resume
 def _fake_spec(calls, fail_at=None):
-    from moesim.calibration.harness import KernelSpec
+    from moesim.calibration.runners.harness import KernelSpec
 
     def build(shape, backend, device):
         calls.append(shape["m"])
@@ -277,31 +305,53 @@ def _fake_spec(calls, fail_at=None):
             raise RuntimeError("simulated crash in the middle of a run")
         return lambda: None
 
-    return KernelSpec(kernel="gemm", shapes=lambda quick, device, backend: [{"m": m, "n": 64, "k": 64}
-                                                                           for m in (1, 2, 3, 4)],
-                      build=build, dtype=lambda b, d: "fp32")
+    return KernelSpec(
+        kernel="gemm",
+        shapes=lambda quick, device, backend: [{"m": m, "n": 64, "k": 64} for m in (1, 2, 3, 4)],
+        build=build,
+        dtype=lambda b, d: "fp32",
+    )
 
 
 MACHINE = {"gpu": "fake", "sms": 1, "driver": "", "lib_versions": "", "device": "cpu", "date": "2025-01-01"}
 
 
 def test_interrupted_run_keeps_previous_rows_and_resume_skips_done_shapes(tmp_path):
-    from moesim.calibration.harness import run_kernel
+    from moesim.calibration.runners.harness import run_kernel
 
     out = tmp_path / "gemm.csv"
-    append_rows_atomic(out, [{"kernel": "gemm", "backend": "fake", "m": 9, "n": 9, "k": 9, "time_s": 1.0,
-                              "source": "earlier run", **MACHINE}])
+    append_rows_atomic(
+        out,
+        [
+            {
+                "kernel": "gemm",
+                "backend": "fake",
+                "m": 9,
+                "n": 9,
+                "k": 9,
+                "time_s": 1.0,
+                "source": "earlier run",
+                **MACHINE,
+            }
+        ],
+    )
     before = out.read_text()
     calls = []
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_kernel(_fake_spec(calls, fail_at=3), "fake", "cpu", out, machine=MACHINE, timer=lambda f, w, r: 1e-3,
-                   progress=False)
+        run_kernel(
+            _fake_spec(calls, fail_at=3),
+            "fake",
+            "cpu",
+            out,
+            machine=MACHINE,
+            timer=lambda f, w, r: 1e-3,
+            progress=False,
+        )
     rows = read_csv_rows(out)
     assert out.read_text().startswith(before)  # the earlier content is intact
     assert [r["m"] for r in rows] == ["9", "1", "2"]  # plus the shapes finished before the crash
     calls.clear()
-    res = run_kernel(_fake_spec(calls), "fake", "cpu", out, machine=MACHINE, timer=lambda f, w, r: 2e-3,
-                     progress=False)
+    res = run_kernel(_fake_spec(calls), "fake", "cpu", out, machine=MACHINE, timer=lambda f, w, r: 2e-3, progress=False)
     assert calls == [3, 4] and res.written == 2 and res.skipped_existing == 2
     assert [r["m"] for r in read_csv_rows(out)] == ["9", "1", "2", "3", "4"]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -333,11 +383,10 @@ def test_interrupted_fit_leaves_the_previous_profile(tmp_path, monkeypatch):
 
 
 def test_missing_library_is_skipped_and_writes_nothing(tmp_path):
-    from moesim.calibration.cli import run_kernel
+    from moesim.cli.calibrate import run_kernel
 
     printed = []
-    res = run_kernel("gemm", backend="deep_gemm", device="cpu", out=tmp_path / "g.csv",
-                     echo=printed.append)
+    res = run_kernel("gemm", backend="deep_gemm", device="cpu", out=tmp_path / "g.csv", echo=printed.append)
     assert res is None and not (tmp_path / "g.csv").exists()
     assert len(printed) == 1 and printed[0].startswith("skipped: ")
     assert "not importable" in printed[0] or "needs a CUDA device" in printed[0]
@@ -346,7 +395,7 @@ def test_missing_library_is_skipped_and_writes_nothing(tmp_path):
 def test_cli_fit_prints_the_cv_table(tmp_path):
     from typer.testing import CliRunner
 
-    from moesim.calibration.cli import app
+    from moesim.cli.calibrate import app
 
     res = CliRunner().invoke(app, ["fit", *map(str, H800_CSVS), "--out", str(tmp_path / "p.yaml"), "--gpu", "h800"])
     assert res.exit_code == 0, res.output

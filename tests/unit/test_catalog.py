@@ -1,4 +1,5 @@
 """Shipped model / hardware catalog and the Hugging Face config.json importer (offline, fast)."""
+
 from __future__ import annotations
 
 import copy
@@ -10,17 +11,28 @@ import yaml
 
 from moesim.errors import SpecError
 from moesim.specs import catalog, load_hardware, load_model
+from moesim.specs.hardware import HardwareSpec
 from moesim.specs.hf_import import import_hf_config, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build, numeric_field_paths
-from moesim.specs.hardware import HardwareSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 HF_DIR = ROOT / "tests" / "data" / "hf_configs"
 HF_CONFIGS = sorted(HF_DIR.glob("*.json"))
 
-SHIPPED_MODELS = ["deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "qwen3-235b-a22b",
-                  "qwen3-30b-a3b", "mixtral-8x7b", "mixtral-8x22b", "llama-3-1-70b", "llama-3-1-405b"]
+SHIPPED_MODELS = [
+    "deepseek-v3",
+    "deepseek-r1",
+    "deepseek-v2",
+    "deepseek-v2-lite",
+    "kimi-k2",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "llama-3-1-70b",
+    "llama-3-1-405b",
+]
 NEW_HARDWARE = ["h20", "b200", "gb200-nvl72", "a100"]
 
 
@@ -74,19 +86,22 @@ def test_deepseek_v3_reference_counts_unchanged():
     assert m.kv_bytes_per_token == 70_272
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("deepseek-v3", 61 * (512 + 64) * 2),          # 70,272 B (ISCA'25 Table 1)
-    ("deepseek-r1", 61 * (512 + 64) * 2),
-    ("kimi-k2", 61 * (512 + 64) * 2),
-    ("deepseek-v2", 60 * (512 + 64) * 2),          # 69,120
-    ("deepseek-v2-lite", 27 * (512 + 64) * 2),     # 31,104
-    ("qwen3-235b-a22b", 94 * 2 * 4 * 128 * 2),     # 192,512 B ~ 188 KiB
-    ("qwen3-30b-a3b", 48 * 2 * 4 * 128 * 2),
-    ("mixtral-8x7b", 32 * 2 * 8 * 128 * 2),
-    ("mixtral-8x22b", 56 * 2 * 8 * 128 * 2),
-    ("llama-3-1-70b", 80 * 2 * 8 * 128 * 2),
-    ("llama-3-1-405b", 126 * 2 * 8 * 128 * 2),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("deepseek-v3", 61 * (512 + 64) * 2),  # 70,272 B (ISCA'25 Table 1)
+        ("deepseek-r1", 61 * (512 + 64) * 2),
+        ("kimi-k2", 61 * (512 + 64) * 2),
+        ("deepseek-v2", 60 * (512 + 64) * 2),  # 69,120
+        ("deepseek-v2-lite", 27 * (512 + 64) * 2),  # 31,104
+        ("qwen3-235b-a22b", 94 * 2 * 4 * 128 * 2),  # 192,512 B ~ 188 KiB
+        ("qwen3-30b-a3b", 48 * 2 * 4 * 128 * 2),
+        ("mixtral-8x7b", 32 * 2 * 8 * 128 * 2),
+        ("mixtral-8x22b", 56 * 2 * 8 * 128 * 2),
+        ("llama-3-1-70b", 80 * 2 * 8 * 128 * 2),
+        ("llama-3-1-405b", 126 * 2 * 8 * 128 * 2),
+    ],
+)
 def test_kv_bytes_per_token(name, expected):
     assert load_model(name).kv_bytes_per_token == expected
 
@@ -181,10 +196,13 @@ def test_qwen_mlp_only_prefix_becomes_dense_layers():
     assert m.num_dense_layers == 2 and m.dense_ffn.intermediate_size == cfg["intermediate_size"]
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
-    ({"mlp_only_layers": [5]}, "mlp_only_layers"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
+        ({"mlp_only_layers": [5]}, "mlp_only_layers"),
+    ],
+)
 def test_qwen_non_prefix_dense_layers_are_rejected(change, key):
     cfg = {**_hf("qwen3-235b-a22b"), **change}
     with pytest.raises(SpecError) as e:
@@ -194,19 +212,38 @@ def test_qwen_non_prefix_dense_layers_are_rejected(change, key):
 
 
 def test_qwen2_moe_shared_expert_and_bias():
-    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
-           "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936, "num_experts": 60,
-           "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
-           "decoder_sparse_step": 1, "mlp_only_layers": []}
+    cfg = {
+        "model_type": "qwen2_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "vocab_size": 151936,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
     m = _import(cfg)
     assert m.moe.num_shared_experts == 1 and m.moe.shared_width == 5632 and m.attention.qkv_bias
     assert m.head_dim == 128
 
 
 def test_dense_qwen3_and_tied_embeddings():
-    cfg = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-           "tie_word_embeddings": True}
+    cfg = {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    }
     m = _import(cfg)
     assert m.moe is None and m.head_dim == 128 and m.tie_embeddings
     assert m.active_params(include_input_embedding=False) == m.active_params()
@@ -215,31 +252,39 @@ def test_dense_qwen3_and_tied_embeddings():
 def _drop(key):
     def f(cfg):
         del cfg[key]
+
     return f
 
 
 def _put(key, value):
     def f(cfg):
         cfg[key] = value
+
     return f
 
 
-@pytest.mark.parametrize("base, mutate, key", [
-    ("deepseek-v3", _drop("hidden_size"), "hidden_size"),
-    ("qwen3-235b-a22b", _drop("hidden_size"), "hidden_size"),
-    ("llama-3-1-70b", _drop("num_attention_heads"), "num_attention_heads"),
-    ("deepseek-v3", _put("hidden_size", "7168"), "hidden_size"),
-    ("mixtral-8x7b", _put("num_local_experts", "8"), "num_local_experts"),
-    ("deepseek-v3", _put("num_hidden_layers", -61), "num_hidden_layers"),
-    ("llama-3-1-70b", _put("num_hidden_layers", 0), "num_hidden_layers"),
-    ("deepseek-v3", _put("kv_lora_rank", True), "kv_lora_rank"),
-    ("deepseek-v3", _put("model_type", "gpt_oss"), "model_type"),
-    ("deepseek-v3", _drop("model_type"), "model_type"),
-    ("deepseek-v3", _put("scoring_func", "sqrtsoftplus"), "scoring_func"),
-    ("deepseek-v3", _put("moe_layer_freq", 2), "moe_layer_freq"),
-    ("kimi-k2", _put("quantization_config", {"quant_method": "fp8", "weight_block_size": [128, 64]}),
-     "weight_block_size"),
-])
+@pytest.mark.parametrize(
+    "base, mutate, key",
+    [
+        ("deepseek-v3", _drop("hidden_size"), "hidden_size"),
+        ("qwen3-235b-a22b", _drop("hidden_size"), "hidden_size"),
+        ("llama-3-1-70b", _drop("num_attention_heads"), "num_attention_heads"),
+        ("deepseek-v3", _put("hidden_size", "7168"), "hidden_size"),
+        ("mixtral-8x7b", _put("num_local_experts", "8"), "num_local_experts"),
+        ("deepseek-v3", _put("num_hidden_layers", -61), "num_hidden_layers"),
+        ("llama-3-1-70b", _put("num_hidden_layers", 0), "num_hidden_layers"),
+        ("deepseek-v3", _put("kv_lora_rank", True), "kv_lora_rank"),
+        ("deepseek-v3", _put("model_type", "gpt_oss"), "model_type"),
+        ("deepseek-v3", _drop("model_type"), "model_type"),
+        ("deepseek-v3", _put("scoring_func", "sqrtsoftplus"), "scoring_func"),
+        ("deepseek-v3", _put("moe_layer_freq", 2), "moe_layer_freq"),
+        (
+            "kimi-k2",
+            _put("quantization_config", {"quant_method": "fp8", "weight_block_size": [128, 64]}),
+            "weight_block_size",
+        ),
+    ],
+)
 def test_bad_hf_configs_raise_one_line_spec_error(base, mutate, key):
     cfg = copy.deepcopy(_hf(base))
     mutate(cfg)
@@ -272,7 +317,7 @@ def test_load_model_on_bad_json_reports_the_file(tmp_path):
 def test_cli_import_writes_yaml_and_prints_counts(tmp_path):
     from typer.testing import CliRunner
 
-    from moesim.specs.hf_cli import app
+    from moesim.cli.model_import import app
 
     out = tmp_path / "q.yaml"
     res = CliRunner().invoke(app, ["import", str(HF_DIR / "qwen3-235b-a22b.json"), "--out", str(out)])
@@ -284,7 +329,7 @@ def test_cli_import_writes_yaml_and_prints_counts(tmp_path):
 def test_cli_import_to_stdout_is_valid_yaml():
     from typer.testing import CliRunner
 
-    from moesim.specs.hf_cli import app
+    from moesim.cli.model_import import app
 
     res = CliRunner().invoke(app, ["import", str(HF_DIR / "mixtral-8x7b.json")])
     assert res.exit_code == 0, res.output
@@ -295,7 +340,7 @@ def test_cli_import_to_stdout_is_valid_yaml():
 def test_cli_import_bad_config_is_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from moesim.specs.hf_cli import app
+    from moesim.cli.model_import import app
 
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"model_type": "llama"}))

@@ -8,27 +8,32 @@ from tests.conftest import ROOT, run_cli
 
 
 def test_help_imports_no_heavy_modules():
-    code = ("import sys; from moesim.cli import app; import typer.testing as t; "
-            "r = t.CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
-            "bad = [m for m in ('torch', 'matplotlib', 'pandas') if m in sys.modules]; "
-            "print(','.join(bad))")
+    code = (
+        "import sys; from moesim.cli import app; import typer.testing as t; "
+        "r = t.CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
+        "bad = [m for m in ('torch', 'matplotlib', 'pandas') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ""
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--ep", "7"], "ep"),
-    (["--batch", "0"], "batch"),
-    (["--tp", "3", "--dp", "48"], "tp"),
-    (["--model", "nope"], "unknown model"),
-    (["--hardware", "nope"], "unknown hardware"),
-    (["--set", "hardware.rdma_bw_GBps=-5"], "rdma_bw_GBps"),
-    (["--set", "hardware.bogus=1"], "unknown key"),
-    (["--set", "model.moe.top_k=999"], "top_k"),
-    (["--cost-mode", "magic"], "cost_mode"),
-    (["--acceptance", "1.5", "--mtp", "1"], "acceptance"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--ep", "7"], "ep"),
+        (["--batch", "0"], "batch"),
+        (["--tp", "3", "--dp", "48"], "tp"),
+        (["--model", "nope"], "unknown model"),
+        (["--hardware", "nope"], "unknown hardware"),
+        (["--set", "hardware.rdma_bw_GBps=-5"], "rdma_bw_GBps"),
+        (["--set", "hardware.bogus=1"], "unknown key"),
+        (["--set", "model.moe.top_k=999"], "top_k"),
+        (["--cost-mode", "magic"], "cost_mode"),
+        (["--acceptance", "1.5", "--mtp", "1"], "acceptance"),
+    ],
+)
 def test_bad_input_one_line(args, needle):
     p = run_cli("estimate", *args)
     assert p.returncode != 0
@@ -39,12 +44,40 @@ def test_bad_input_one_line(args, needle):
 
 
 def test_json_contract():
-    p = run_cli("estimate", "--ep", "144", "--dp", "144", "--redundant-experts", "32", "--batch", "88",
-                "--context", "4989", "--mtp", "1", "--json", check=True)
+    p = run_cli(
+        "estimate",
+        "--ep",
+        "144",
+        "--dp",
+        "144",
+        "--redundant-experts",
+        "32",
+        "--batch",
+        "88",
+        "--context",
+        "4989",
+        "--mtp",
+        "1",
+        "--json",
+        check=True,
+    )
     d = json.loads(p.stdout)
-    for k in ("step_time_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "bottleneck", "ops",
-              "memory", "model_params", "active_params", "kv_bytes_per_token", "max_batch", "config",
-              "moe_layer_time_s", "dense_layer_time_s"):
+    for k in (
+        "step_time_s",
+        "tpot_s",
+        "tokens_per_s_per_user",
+        "tokens_per_s_per_gpu",
+        "bottleneck",
+        "ops",
+        "memory",
+        "model_params",
+        "active_params",
+        "kv_bytes_per_token",
+        "max_batch",
+        "config",
+        "moe_layer_time_s",
+        "dense_layer_time_s",
+    ):
         assert k in d, k
     for k in ("weights_bytes", "kv_cache_bytes", "total_bytes", "capacity_bytes", "fits"):
         assert k in d["memory"]

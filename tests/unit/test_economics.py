@@ -1,13 +1,20 @@
 """Serving economics against DeepSeek's published day (reference case seed003-economics)."""
+
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from moesim.economics import (daily_cost_usd, economics_report, margin, revenue_usd,
-                              usd_per_million_output_tokens, usd_per_million_tokens)
 from moesim.errors import ConfigError
+from moesim.metrics.economics import (
+    daily_cost_usd,
+    economics_report,
+    margin,
+    revenue_usd,
+    usd_per_million_output_tokens,
+    usd_per_million_tokens,
+)
 
 PRICES = {"input_hit": 0.14, "input_miss": 0.55, "output": 2.19}
 CASES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "seed_cases.yaml"
@@ -22,14 +29,24 @@ def _seed003():
         if start >= 0:
             start = text.rfind("\n", 0, start) + 1  # keep the item's indentation
             end = text.find("\n  - id:", start + 1)
-            block = text[start: end if end > 0 else len(text)]
+            block = text[start : end if end > 0 else len(text)]
             return yaml.safe_load(block)[0]
     return {  # the case as published in seed 003 (fallback when ../shared is absent)
-        "inputs": {"average_nodes": 226.75, "gpus_per_node": 8, "usd_per_gpu_hour": 2.0,
-                   "input_tokens": 608.0e9, "cache_hit_tokens": 342.0e9, "output_tokens": 168.0e9,
-                   "usd_per_million": PRICES},
-        "expect": {"cost_usd_per_day": 87072, "revenue_usd_per_day": 562027, "margin": 5.45,
-                   "usd_per_million_output_tokens": 0.52},
+        "inputs": {
+            "average_nodes": 226.75,
+            "gpus_per_node": 8,
+            "usd_per_gpu_hour": 2.0,
+            "input_tokens": 608.0e9,
+            "cache_hit_tokens": 342.0e9,
+            "output_tokens": 168.0e9,
+            "usd_per_million": PRICES,
+        },
+        "expect": {
+            "cost_usd_per_day": 87072,
+            "revenue_usd_per_day": 562027,
+            "margin": 5.45,
+            "usd_per_million_output_tokens": 0.52,
+        },
         "tolerance": 0.01,
     }
 
@@ -37,11 +54,19 @@ def _seed003():
 def test_seed003_economics():
     case = _seed003()
     # PyYAML (YAML 1.1) reads "608.0e9" as a string: cast every scalar input to float
-    i = {k: ({kk: float(vv) for kk, vv in v.items()} if isinstance(v, dict) else float(v))
-         for k, v in case["inputs"].items()}
-    rep = economics_report(i["average_nodes"], i["gpus_per_node"], i["usd_per_gpu_hour"],
-                           i["input_tokens"], i["cache_hit_tokens"], i["output_tokens"],
-                           i["usd_per_million"])
+    i = {
+        k: ({kk: float(vv) for kk, vv in v.items()} if isinstance(v, dict) else float(v))
+        for k, v in case["inputs"].items()
+    }
+    rep = economics_report(
+        i["average_nodes"],
+        i["gpus_per_node"],
+        i["usd_per_gpu_hour"],
+        i["input_tokens"],
+        i["cache_hit_tokens"],
+        i["output_tokens"],
+        i["usd_per_million"],
+    )
     for key, want in case["expect"].items():
         assert rep[key] == pytest.approx(want, rel=case["tolerance"]), key
 
@@ -73,14 +98,17 @@ def test_vectorised():
     np.testing.assert_allclose(margin(1000.0, c), 1000.0 / c - 1)
 
 
-@pytest.mark.parametrize("call,field", [
-    (lambda: daily_cost_usd(-1, 8, 2.0), "nodes"),
-    (lambda: daily_cost_usd(1, 0, 2.0), "gpus_per_node"),
-    (lambda: revenue_usd(1e9, 2e9, 1e9, PRICES), "cache_hit_tokens"),
-    (lambda: revenue_usd(1e9, 0, 1e9, {"input": 1.0}), "usd_per_million"),
-    (lambda: margin(1.0, 0.0), "cost"),
-    (lambda: usd_per_million_output_tokens(1.0, 0.0), "tokens"),
-])
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda: daily_cost_usd(-1, 8, 2.0), "nodes"),
+        (lambda: daily_cost_usd(1, 0, 2.0), "gpus_per_node"),
+        (lambda: revenue_usd(1e9, 2e9, 1e9, PRICES), "cache_hit_tokens"),
+        (lambda: revenue_usd(1e9, 0, 1e9, {"input": 1.0}), "usd_per_million"),
+        (lambda: margin(1.0, 0.0), "cost"),
+        (lambda: usd_per_million_output_tokens(1.0, 0.0), "tokens"),
+    ],
+)
 def test_errors(call, field):
     with pytest.raises(ConfigError, match=field) as ei:
         call()

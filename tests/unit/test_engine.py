@@ -1,21 +1,38 @@
 """The engine's shortcuts are exact: pricing context-free ops once per distinct row (and sharing
 costs across acceptance values) gives the same numbers as pricing every row."""
+
 import numpy as np
 import pytest
 
 import moesim.api as api
-import moesim.engine as engine
+import moesim.engine.evaluate as engine
 from moesim import load_hardware, load_model
-from moesim.grid import Grid
+from moesim.grid.core import Grid
 
 
-@pytest.mark.parametrize("phase,cost_mode,overlap", [("decode", "calibrated", None), ("decode", "roofline", "ideal"),
-                                                      ("prefill", "calibrated", None), ("decode", "roofline", "sbo")])
+@pytest.mark.parametrize(
+    "phase,cost_mode,overlap",
+    [
+        ("decode", "calibrated", None),
+        ("decode", "roofline", "ideal"),
+        ("prefill", "calibrated", None),
+        ("decode", "roofline", "sbo"),
+    ],
+)
 def test_dedup_paths_equal_full_pricing(monkeypatch, phase, cost_mode, overlap):
     m, h = load_model("deepseek-v3"), load_hardware("h800")
     batch = [1, 4, 32, 128] if phase == "decode" else [2048, 16384]
-    g = Grid.product(tp=[1, 2], dp=[16], ep=[16, 32], moe_tp=[1], batch=batch, context=[512, 1000, 4096, 8192, 30000],
-                     mtp=[0, 1] if phase == "decode" else [0], acceptance=[0.6, 0.9], redundant=[0, 32])
+    g = Grid.product(
+        tp=[1, 2],
+        dp=[16],
+        ep=[16, 32],
+        moe_tp=[1],
+        batch=batch,
+        context=[512, 1000, 4096, 8192, 30000],
+        mtp=[0, 1] if phase == "decode" else [0],
+        acceptance=[0.6, 0.9],
+        redundant=[0, 32],
+    )
     g = Grid(**{**g.to_dict(), "ep": g.tp * g.dp})
     g = Grid(**{a: np.tile(v, 4) for a, v in g.to_dict().items()})  # big enough for the shortcuts
     assert g.size >= 512
@@ -33,9 +50,10 @@ def test_dedup_paths_equal_full_pricing(monkeypatch, phase, cost_mode, overlap):
 
 def test_measured_mode_uses_raw_rows_where_covered():
     """DG-001: M=64 N=2112 K=7168 at 206 TFLOPS on H800 -> 9.41 us kernel time (+ launch gap)."""
-    from moesim.commands.kernel import kernel_work
+    from moesim.cli.kernel import kernel_work
     from moesim.perf.cost import CostModel
     from moesim.perf.profile import load_profile
+
     m, h = load_model("deepseek-v3"), load_hardware("h800")
     prof = load_profile(h)
     covered = CostModel(h, m, "measured", prof).cost(kernel_work(m, h, "gemm", m=64, n=2112, k=7168))

@@ -1,12 +1,12 @@
 """EPLB: structure, agreement with a plain-Python greedy reference, hand cases, I/O errors."""
+
 import json
 
 import numpy as np
 import pytest
 
-from moesim.balance.cli import app, eplb_command
-from moesim.balance.eplb import (load_from_csv, naive_gpu_load, rebalance_experts,
-                                 zipf_load)
+from moesim.balance.eplb import load_from_csv, naive_gpu_load, rebalance_experts, zipf_load
+from moesim.cli.eplb import app, eplb_command
 from moesim.errors import ConfigError, MoesimError
 
 
@@ -115,13 +115,16 @@ def test_zero_load_and_one_slot_per_gpu():
     assert res.gpu_load[0].max() <= naive_gpu_load(zipf_load(4, 1.0, seed=0), 8).max() + 1e-15
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(num_slots=250, num_gpus=125), "num_slots"),
-    (dict(num_slots=290, num_gpus=144), "num_slots"),
-    (dict(num_slots=288, num_gpus=144, num_nodes=7), "num_gpus"),
-    (dict(num_slots=288, num_gpus=144, num_groups=3), "num_groups"),
-    (dict(num_slots=288, num_gpus=0), "num_gpus"),
-])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(num_slots=250, num_gpus=125), "num_slots"),
+        (dict(num_slots=290, num_gpus=144), "num_slots"),
+        (dict(num_slots=288, num_gpus=144, num_nodes=7), "num_gpus"),
+        (dict(num_slots=288, num_gpus=144, num_groups=3), "num_groups"),
+        (dict(num_slots=288, num_gpus=0), "num_gpus"),
+    ],
+)
 def test_validation_errors(kw, field):
     with pytest.raises(ConfigError, match=field) as ei:
         rebalance_experts(np.ones((1, 256)), **kw)
@@ -151,9 +154,13 @@ def test_load_from_csv(tmp_path):
     good = tmp_path / "good.csv"
     good.write_text("e0,e1,e2\n1,2,3\n# comment\n\n4,5,6\n")
     np.testing.assert_allclose(load_from_csv(good), [[1, 2, 3], [4, 5, 6]])
-    cases = {"empty": ("", "empty"), "ragged": ("1,2,3\n4,5\n", "columns"),
-             "neg": ("1,-2\n", "negative"), "nan": ("1,nan\n", "NaN"),
-             "text": ("1,2\n3,x\n", "non-numeric")}
+    cases = {
+        "empty": ("", "empty"),
+        "ragged": ("1,2,3\n4,5\n", "columns"),
+        "neg": ("1,-2\n", "negative"),
+        "nan": ("1,nan\n", "NaN"),
+        "text": ("1,2\n3,x\n", "non-numeric"),
+    }
     for name, (text, msg) in cases.items():
         p = tmp_path / f"{name}.csv"
         p.write_text(text)
@@ -166,8 +173,7 @@ def test_load_from_csv(tmp_path):
 
 def test_cli_json_and_summary(tmp_path, capsys):
     lines = []
-    out = eplb_command(experts=16, slots=24, gpus=8, zipf=1.0, layers=2, seed=0, json_out=True,
-                       echo=lines.append)
+    out = eplb_command(experts=16, slots=24, gpus=8, zipf=1.0, layers=2, seed=0, json_out=True, echo=lines.append)
     d = json.loads(lines[0])
     assert len(lines) == 1 and d["imbalance_after"] <= d["imbalance_before"]
     assert len(d["placement"]) == 2 and len(d["placement"][0]) == 8 and len(d["placement"][0][0]) == 3
@@ -181,14 +187,17 @@ def test_cli_json_and_summary(tmp_path, capsys):
     assert "no --zipf/--load" in capsys.readouterr().err  # default zipf 1.0 is announced
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(experts=16, slots=12, gpus=4), "--slots"),
-    (dict(experts=16, slots=24, gpus=5), "--slots"),
-    (dict(experts=16, slots=24, gpus=8, nodes=3), "--gpus"),
-    (dict(experts=16, slots=24, gpus=8, groups=3), "--groups"),
-    (dict(experts=16, slots=24, gpus=8, zipf=1.0, load="x.csv"), "exactly one"),
-    (dict(experts=16, slots=24, gpus=8, zipf=-1.0), "--zipf"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(experts=16, slots=12, gpus=4), "--slots"),
+        (dict(experts=16, slots=24, gpus=5), "--slots"),
+        (dict(experts=16, slots=24, gpus=8, nodes=3), "--gpus"),
+        (dict(experts=16, slots=24, gpus=8, groups=3), "--groups"),
+        (dict(experts=16, slots=24, gpus=8, zipf=1.0, load="x.csv"), "exactly one"),
+        (dict(experts=16, slots=24, gpus=8, zipf=-1.0), "--zipf"),
+    ],
+)
 def test_cli_validation(kw, msg):
     with pytest.raises(MoesimError, match=msg):
         eplb_command(echo=lambda s: None, **kw)
@@ -200,7 +209,6 @@ def test_typer_app_errors_one_line():
     r = CliRunner().invoke(app, ["eplb", "--experts", "16", "--slots", "20", "--gpus", "8"])
     assert r.exit_code == 2
     assert "error: --slots" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(app, ["eplb", "--experts", "16", "--slots", "24", "--gpus", "8",
-                                 "--layers", "1", "--json"])
+    r = CliRunner().invoke(app, ["eplb", "--experts", "16", "--slots", "24", "--gpus", "8", "--layers", "1", "--json"])
     assert r.exit_code == 0
     assert "imbalance_before" in r.stdout

@@ -1,11 +1,17 @@
 """Expected max-over-ranks factors vs fixed-seed Monte-Carlo, limits, parsing helpers."""
+
 import numpy as np
 import pytest
 
 from moesim.balance.eplb import rebalance_experts, zipf_load
-from moesim.balance.imbalance import (context_dist, context_skewness, dp_attention_imbalance,
-                                      expected_max_std_normal, expert_rank_imbalance,
-                                      skew_shares)
+from moesim.balance.imbalance import (
+    context_dist,
+    context_skewness,
+    dp_attention_imbalance,
+    expected_max_std_normal,
+    expert_rank_imbalance,
+    skew_shares,
+)
 from moesim.errors import ConfigError
 
 TOKENS = [1, 3, 10, 30, 100, 300, 1000, 3000, 20000]
@@ -80,15 +86,24 @@ def test_expert_imbalance_errors():
 
 
 def test_expected_max_std_normal():
-    np.testing.assert_allclose(expected_max_std_normal([1, 2, 3, 5, 10, 100]),
-                               [0.0, 1 / np.sqrt(np.pi), 1.5 / np.sqrt(np.pi), 1.16296, 1.53875, 2.50759],
-                               atol=2e-5)
+    np.testing.assert_allclose(
+        expected_max_std_normal([1, 2, 3, 5, 10, 100]),
+        [0.0, 1 / np.sqrt(np.pi), 1.5 / np.sqrt(np.pi), 1.16296, 1.53875, 2.50759],
+        atol=2e-5,
+    )
 
 
 def test_dp_attention_vs_monte_carlo():
     rng = np.random.default_rng(7)
-    cases = [(8, 32, "lognormal:1.0"), (144, 48, "lognormal:1.0"), (32, 8, "lognormal:1.0"),
-             (144, 16, "lognormal:1.5"), (144, 8, "exp"), (256, 1, "exp"), (16, 16, "lognormal:0.3")]
+    cases = [
+        (8, 32, "lognormal:1.0"),
+        (144, 48, "lognormal:1.0"),
+        (32, 8, "lognormal:1.0"),
+        (144, 16, "lognormal:1.5"),
+        (144, 8, "exp"),
+        (256, 1, "exp"),
+        (16, 16, "lognormal:0.3"),
+    ]
     for dp, b, dist in cases:
         cv = context_dist(dist)
         if dist == "exp":
@@ -152,6 +167,7 @@ def test_skew_shares(tmp_path):
 @pytest.mark.parametrize("m", [0.3, 2.0, 17.0, 49.5, 50.5, 64.0, 100.0, 352.0, 512.0, 3000.0, 14500.0])
 def test_expected_tiles_vs_monte_carlo(m):
     from moesim.perf.efficiency import expected_tiles, gemm_block_m
+
     bm = float(gemm_block_m(m))
     x = np.random.default_rng(7).poisson(m, 400_000)
     mc = np.ceil(x / bm).mean()
@@ -160,6 +176,7 @@ def test_expected_tiles_vs_monte_carlo(m):
 
 def test_routed_tile_padding_limits():
     from moesim.perf.efficiency import routed_tile_padding
+
     m = np.array([0.0, 1.0, 64.0, 512.0, 1e4, 1e6])
     f = routed_tile_padding(m)
     assert f[0] == 1.0 and np.all(f >= 1.0)
@@ -170,18 +187,29 @@ def test_routed_tile_padding_limits():
 def test_padding_only_for_routed_groups_in_calibrated_mode():
     """The DeepGEMM tables time tile-aligned deterministic shapes: `moesim kernel` reproduces them
     unpadded; only routed experts (random counts) pay for partial tiles, and never in roofline mode."""
-    from moesim.api import estimate
-    from moesim.commands.kernel import kernel_work
-    from moesim.api import load_profile_for, resolve_specs
+    from moesim.api import estimate, load_profile_for, resolve_specs
+    from moesim.cli.kernel import kernel_work
     from moesim.perf.cost import CostModel
+
     m, h = resolve_specs("deepseek-v3", "h800")
     prof, _ = load_profile_for(h, "calibrated")
     op = kernel_work(m, h, "grouped_gemm", m=512, n=4096, k=7168, groups=2, layout="masked")
     t = float(np.ravel(CostModel(h, m, "calibrated", prof).cost(op).time_s)[0])
     assert t == pytest.approx(58e-6, rel=0.12)  # DeepGEMM README row: 2 groups x 512, 58 us
     from moesim.perf.efficiency import routed_tile_padding
-    kw = dict(model="deepseek-v3", hardware="h100_sxm", ep=128, dp=128, batch=128, context=5000, mtp=1,
-              comm="pplx", overlap="serial", expert_skew="none")
+
+    kw = dict(
+        model="deepseek-v3",
+        hardware="h100_sxm",
+        ep=128,
+        dp=128,
+        batch=128,
+        context=5000,
+        mtp=1,
+        comm="pplx",
+        overlap="serial",
+        expert_skew="none",
+    )
     cal = {o["name"]: o for o in estimate(**kw, cost_mode="calibrated").ops}
     roof = {o["name"]: o for o in estimate(**kw, cost_mode="roofline").ops}
     g = cal["experts_gate_up"]  # 2 experts per GPU, 128 x 2 x 8 x 128 / 256 = 1024 tokens each
@@ -197,16 +225,27 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
 
 
 def test_two_micro_batches_see_more_rank_noise():
-    from moesim.grid import Grid
-    from moesim.imbalance_model import imbalance_factors
     from moesim.api import resolve_specs
+    from moesim.balance.factors import imbalance_factors
+    from moesim.grid.core import Grid
+
     m, h = resolve_specs("deepseek-v3", "h100_sxm")
-    g = Grid.product(tp=1, dp=128, ep=128, moe_tp=1, batch=np.array([8.0, 128.0]), context=5000.0, mtp=1,
-                     acceptance=0.8, redundant=0)
+    g = Grid.product(
+        tp=1, dp=128, ep=128, moe_tp=1, batch=np.array([8.0, 128.0]), context=5000.0, mtp=1, acceptance=0.8, redundant=0
+    )
     imb, _ = imbalance_factors(m, h, g, "decode", "uniform")
     assert np.all(imb["experts@2"] > imb["experts"]) and np.all(imb["experts"] > 1.0)
     one = imbalance_factors(m, h, g.take(np.array([1])), "decode", "uniform")[0]
     assert float(one["experts@2"][0]) == pytest.approx(
-        float(imbalance_factors(m, h, Grid.product(tp=1, dp=128, ep=128, moe_tp=1, batch=64.0, context=5000.0,
-                                                   mtp=1, acceptance=0.8, redundant=0), "decode",
-                                "uniform")[0]["experts"][0]))
+        float(
+            imbalance_factors(
+                m,
+                h,
+                Grid.product(
+                    tp=1, dp=128, ep=128, moe_tp=1, batch=64.0, context=5000.0, mtp=1, acceptance=0.8, redundant=0
+                ),
+                "decode",
+                "uniform",
+            )[0]["experts"][0]
+        )
+    )

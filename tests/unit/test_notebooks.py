@@ -1,5 +1,6 @@
 """The notebooks under notebooks/ execute top to bottom on CPU, each in under a minute, and are
 committed without outputs."""
+
 import time
 
 import pytest
@@ -8,8 +9,13 @@ from tests.conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LIMIT_S = 60.0
-EXPECTED = {"01_why_ep144.ipynb", "02_nic_800g.ipynb", "03_mla_vs_gqa.ipynb", "04_calibrate_your_gpu.ipynb",
-            "05_a_day_of_traffic.ipynb"}
+EXPECTED = {
+    "01_why_ep144.ipynb",
+    "02_nic_800g.ipynb",
+    "03_mla_vs_gqa.ipynb",
+    "04_calibrate_your_gpu.ipynb",
+    "05_a_day_of_traffic.ipynb",
+}
 
 
 def test_the_five_studies_are_there():
@@ -36,12 +42,14 @@ def test_notebook_executes(path):
     pytest.importorskip("ipykernel", reason="ipykernel not installed (pip install -e '.[test]')")
     try:
         from jupyter_client.kernelspec import NoSuchKernel, get_kernel_spec
+
         get_kernel_spec("python3")
     except (ImportError, NoSuchKernel):  # pragma: no cover - depends on the environment
         pytest.skip("no python3 Jupyter kernel (python -m ipykernel install --user)")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=int(LIMIT_S), kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=int(LIMIT_S), kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     t0 = time.perf_counter()
     client.execute()  # raises CellExecutionError (with the cell and traceback) on any failing cell
     took = time.perf_counter() - t0

@@ -1,17 +1,23 @@
 """Traffic spec strictness and the capacity planner's invariants (fast: a handful of plan() calls)."""
+
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
+from moesim.analyses.plan import day_economics, decode_capacity, plan, units_for
 from moesim.errors import MoesimError
-from moesim.plan import day_economics, decode_capacity, plan, units_for
-from moesim.traffic import Traffic, load_traffic, traffic_from_dict
+from moesim.specs.traffic import Traffic, load_traffic, traffic_from_dict
 from tests.conftest import ROOT, run_cli
 
-DAY = {"input_tokens": 608e9, "cache_hit_tokens": 342e9, "output_tokens": 168e9,
-       "prices": {"usd_per_gpu_hour": 2.0, "usd_per_million": {"input_hit": 0.14, "input_miss": 0.55, "output": 2.19}}}
+DAY = {
+    "input_tokens": 608e9,
+    "cache_hit_tokens": 342e9,
+    "output_tokens": 168e9,
+    "prices": {"usd_per_gpu_hour": 2.0, "usd_per_million": {"input_hit": 0.14, "input_miss": 0.55, "output": 2.19}},
+}
 DIURNAL = [3, 2, 2, 2, 2, 3, 5, 7, 9, 10, 10, 10, 10, 10, 10, 10, 10, 9, 9, 9, 8, 7, 5, 4]
 
 
@@ -46,38 +52,54 @@ def test_yaml_loads_numbers_written_as_strings(tmp_path):
     assert (t.prefill.ep, t.prefill.dp, t.decode.ep, t.decode.dp) == (32, 32, 144, 144)
 
 
-@pytest.mark.parametrize("text,words", [
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nbogus: 1\n", ["t.yaml", "bogus", "unknown key"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {ep: 144, batch: 3}\n", ["t.yaml", "decode.batch", "allowed"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nslo: {min_tps: 3}\n", ["t.yaml", "slo.min_tps"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nprices: {usd_per_million: {input: 1}}\n",
-     ["t.yaml", "prices.usd_per_million.input"]),
-    ("input_tokens: 1e9\ncache_hit_tokens: 2e9\noutput_tokens: 1e9\n", ["t.yaml", "cache_hit_tokens", "input"]),
-    ("input_tokens: 1e9\noutput_tokens: -5\n", ["t.yaml", "output_tokens", ">= 0"]),
-    ("input_tokens: 1e9\noutput_tokens: lots\n", ["t.yaml", "output_tokens", "not a number"]),
-    ("input_tokens: .nan\noutput_tokens: 1\n", ["input_tokens", "finite"]),
-    ("output_tokens: 1e9\n", ["input_tokens", "required"]),
-    ("input_tokens: 0\noutput_tokens: 0\n", ["output_tokens", "> 0"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,"
-     " 0, 0, 0]\n", ["diurnal", "not all 0"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, 2, 3]\n", ["diurnal", "24"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, .inf, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,"
-     " 1, 1, 1, 1]\n", ["diurnal[1]", "finite"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,"
-     " 1, 1, 1, 1]\n", ["diurnal[1]", ">= 0"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nhours: 1.5\n", ["hours", "integer"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nhours: 0\n", ["hours", ">= 1"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ninput_tokens_per_s: 5\n", ["input_tokens_per_s", "not both"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nprices: {usd_per_million: {input_hit: 1}}\n",
-     ["prices.usd_per_million.input_miss", "required"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {ep: 144, dp: 100}\n", ["decode.ep", "tp x dp"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {overlap: fast}\n", ["decode.overlap", "five-stage"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {acceptance: 1.5}\n", ["decode.acceptance", "<= 1"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\ncontext: 0\n", ["context", ">= 1"]),
-    ("input_tokens: 1e9\noutput_tokens: 1e9\nslo: {max_ttft_s: 0}\n", ["slo.max_ttft_s", "> 0"]),
-    ("- 1\n- 2\n", ["t.yaml", "mapping"]),
-    ("input_tokens: [1\n", ["t.yaml", "not valid YAML"]),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("input_tokens: 1e9\noutput_tokens: 1e9\nbogus: 1\n", ["t.yaml", "bogus", "unknown key"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {ep: 144, batch: 3}\n", ["t.yaml", "decode.batch", "allowed"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\nslo: {min_tps: 3}\n", ["t.yaml", "slo.min_tps"]),
+        (
+            "input_tokens: 1e9\noutput_tokens: 1e9\nprices: {usd_per_million: {input: 1}}\n",
+            ["t.yaml", "prices.usd_per_million.input"],
+        ),
+        ("input_tokens: 1e9\ncache_hit_tokens: 2e9\noutput_tokens: 1e9\n", ["t.yaml", "cache_hit_tokens", "input"]),
+        ("input_tokens: 1e9\noutput_tokens: -5\n", ["t.yaml", "output_tokens", ">= 0"]),
+        ("input_tokens: 1e9\noutput_tokens: lots\n", ["t.yaml", "output_tokens", "not a number"]),
+        ("input_tokens: .nan\noutput_tokens: 1\n", ["input_tokens", "finite"]),
+        ("output_tokens: 1e9\n", ["input_tokens", "required"]),
+        ("input_tokens: 0\noutput_tokens: 0\n", ["output_tokens", "> 0"]),
+        (
+            "input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,"
+            " 0, 0, 0]\n",
+            ["diurnal", "not all 0"],
+        ),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, 2, 3]\n", ["diurnal", "24"]),
+        (
+            "input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, .inf, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,"
+            " 1, 1, 1, 1]\n",
+            ["diurnal[1]", "finite"],
+        ),
+        (
+            "input_tokens: 1e9\noutput_tokens: 1e9\ndiurnal: [1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,"
+            " 1, 1, 1, 1]\n",
+            ["diurnal[1]", ">= 0"],
+        ),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\nhours: 1.5\n", ["hours", "integer"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\nhours: 0\n", ["hours", ">= 1"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ninput_tokens_per_s: 5\n", ["input_tokens_per_s", "not both"]),
+        (
+            "input_tokens: 1e9\noutput_tokens: 1e9\nprices: {usd_per_million: {input_hit: 1}}\n",
+            ["prices.usd_per_million.input_miss", "required"],
+        ),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {ep: 144, dp: 100}\n", ["decode.ep", "tp x dp"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {overlap: fast}\n", ["decode.overlap", "five-stage"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ndecode: {acceptance: 1.5}\n", ["decode.acceptance", "<= 1"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\ncontext: 0\n", ["context", ">= 1"]),
+        ("input_tokens: 1e9\noutput_tokens: 1e9\nslo: {max_ttft_s: 0}\n", ["slo.max_ttft_s", "> 0"]),
+        ("- 1\n- 2\n", ["t.yaml", "mapping"]),
+        ("input_tokens: [1\n", ["t.yaml", "not valid YAML"]),
+    ],
+)
 def test_bad_traffic_yaml_is_one_line_naming_file_and_field(tmp_path, text, words):
     p = _yaml(tmp_path, text)
     _one_line_error(lambda: load_traffic(p), *words)
@@ -103,7 +125,7 @@ def test_rates_equal_totals_and_diurnal_is_normalised():
 
 def test_traffic_is_frozen_and_direct_construction_is_checked():
     t = Traffic(1e9, 0.0, 1e9)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         t.input_tokens = 5  # frozen
     assert len(t.diurnal) == 24
     _one_line_error(lambda: Traffic(1e9, 2e9, 1e9), "cache_hit_tokens")
@@ -124,9 +146,18 @@ def test_plan_units_and_report_keys(day_plan):
     assert r.totals["average_nodes"] >= r.totals["average_nodes_fractional"] - 1e-9
     assert r.totals["peak_nodes"] >= r.totals["average_nodes"]
     d = r.to_dict()
-    for k in ("average_nodes", "peak_nodes", "cost_usd_per_day", "usd_per_million_output_tokens",
-              "revenue_usd_per_day", "margin", "decode_tokens_per_s_per_node", "prefill_tokens_per_s_per_node",
-              "decode_batch", "hourly"):
+    for k in (
+        "average_nodes",
+        "peak_nodes",
+        "cost_usd_per_day",
+        "usd_per_million_output_tokens",
+        "revenue_usd_per_day",
+        "margin",
+        "decode_tokens_per_s_per_node",
+        "prefill_tokens_per_s_per_node",
+        "decode_batch",
+        "hourly",
+    ):
         assert k in d
     assert len(d["hourly"]) == 24
     json.dumps(d, allow_nan=False)
@@ -159,8 +190,15 @@ def test_economics_consistency(day_plan):
 def test_more_traffic_never_needs_fewer_nodes():
     prev = None
     for k in (0.05, 0.3, 1.0, 1.7, 4.0):
-        t = traffic_from_dict({**DAY, "input_tokens": 608e9 * k, "cache_hit_tokens": 342e9 * k,
-                               "output_tokens": 168e9 * k, "diurnal": DIURNAL})
+        t = traffic_from_dict(
+            {
+                **DAY,
+                "input_tokens": 608e9 * k,
+                "cache_hit_tokens": 342e9 * k,
+                "output_tokens": 168e9 * k,
+                "diurnal": DIURNAL,
+            }
+        )
         r = plan(t)
         cur = np.asarray(r.hourly["nodes"])
         if prev is not None:
@@ -223,14 +261,31 @@ def test_day_economics_without_prices_has_no_revenue():
 # --------------------------------------------------------------------------- CLI
 def test_cli_plan_json_and_flag_overrides(tmp_path):
     out = tmp_path / "plan.csv"
-    p = run_cli("plan", "--traffic", ROOT / "examples" / "traffic_deepseek_day.yaml", "--output-tokens", "84e9",
-                "--json", "--out", out)
+    p = run_cli(
+        "plan",
+        "--traffic",
+        ROOT / "examples" / "traffic_deepseek_day.yaml",
+        "--output-tokens",
+        "84e9",
+        "--json",
+        "--out",
+        out,
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["traffic"]["output_tokens"] == 84e9
-    for k in ("average_nodes", "peak_nodes", "cost_usd_per_day", "usd_per_million_output_tokens",
-              "revenue_usd_per_day", "margin", "decode_tokens_per_s_per_node", "prefill_tokens_per_s_per_node",
-              "decode_batch", "hourly"):
+    for k in (
+        "average_nodes",
+        "peak_nodes",
+        "cost_usd_per_day",
+        "usd_per_million_output_tokens",
+        "revenue_usd_per_day",
+        "margin",
+        "decode_tokens_per_s_per_node",
+        "prefill_tokens_per_s_per_node",
+        "decode_batch",
+        "hourly",
+    ):
         assert k in d
     assert out.read_text().splitlines()[0].startswith("hour,")
 
@@ -244,9 +299,29 @@ def test_cli_plan_errors_are_one_line(tmp_path):
 
 def test_cli_plan_flags_only_and_plot(tmp_path):
     png = tmp_path / "plan.png"
-    p = run_cli("plan", "--input-tokens", "608e9", "--cache-hit-tokens", "342e9", "--output-tokens", "168e9",
-                "--prefill-ep", "32", "--decode-ep", "144", "--usd-per-gpu-hour", "2", "--price-input-hit", "0.14",
-                "--price-input-miss", "0.55", "--price-output", "2.19", "--plot", png)
+    p = run_cli(
+        "plan",
+        "--input-tokens",
+        "608e9",
+        "--cache-hit-tokens",
+        "342e9",
+        "--output-tokens",
+        "168e9",
+        "--prefill-ep",
+        "32",
+        "--decode-ep",
+        "144",
+        "--usd-per-gpu-hour",
+        "2",
+        "--price-input-hit",
+        "0.14",
+        "--price-input-miss",
+        "0.55",
+        "--price-output",
+        "2.19",
+        "--plot",
+        png,
+    )
     assert p.returncode == 0, p.stderr
     assert "requests per DP group" in p.stdout and "margin" in p.stdout
     assert png.exists() and png.stat().st_size > 1000
@@ -254,22 +329,29 @@ def test_cli_plan_flags_only_and_plot(tmp_path):
 
 # ---- prefill: cached heads of prompts and TTFT queueing
 def test_cached_share_costs_attention_not_compute_of_hits():
-    from moesim.plan import prefill_capacity
-    from moesim.traffic import PrefillPool
-    rates = [prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989, cached_share=c)
-             .full_load_tokens_per_s_per_node for c in (0.0, 0.3, 0.6, 0.9)]
+    from moesim.analyses.plan import prefill_capacity
+    from moesim.specs.traffic import PrefillPool
+
+    rates = [
+        prefill_capacity(
+            "deepseek-v3", "h800", PrefillPool(), prompt_length=4989, cached_share=c
+        ).full_load_tokens_per_s_per_node
+        for c in (0.0, 0.3, 0.6, 0.9)
+    ]
     assert all(a > b for a, b in zip(rates, rates[1:]))  # the computed tail attends to a longer head
     # derivation: average keys per computed token = P (1 + c) / 2, the causal prefill of P (1 + c)
     a = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4000, cached_share=0.5)
     b = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=6000, cached_share=0.0)
     assert a.full_load_tokens_per_s_per_node == pytest.approx(b.full_load_tokens_per_s_per_node, rel=1e-12)
-    _one_line_error(lambda: prefill_capacity("deepseek-v3", "h800", PrefillPool(), cached_share=1.0),
-                    "cached_share", "< 1")
+    _one_line_error(
+        lambda: prefill_capacity("deepseek-v3", "h800", PrefillPool(), cached_share=1.0), "cached_share", "< 1"
+    )
 
 
 def test_ttft_target_plans_queueing_headroom():
-    from moesim.plan import prefill_capacity
-    from moesim.traffic import PrefillPool
+    from moesim.analyses.plan import prefill_capacity
+    from moesim.specs.traffic import PrefillPool
+
     free = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989)
     assert free.utilisation == 1.0 and free.limited_by == "batch_tokens"
     prev = free.tokens_per_s_per_node
@@ -296,9 +378,14 @@ def test_plan_with_ttft_needs_more_prefill_nodes(day_plan):
 
 # ---- prompt / output length distributions
 def test_length_forms_parse_and_round_trip():
-    t = traffic_from_dict({**DAY, "prompt_length": {"mean": 3000, "dist": "lognormal:1.5"},
-                           "output_length": {"mean": 1000, "dist": "exp"}})
-    assert t.prompt.cv == pytest.approx(1.5) and t.prompt.moment_ratio() == pytest.approx(3000 * (1 + 1.5 ** 2))
+    t = traffic_from_dict(
+        {
+            **DAY,
+            "prompt_length": {"mean": 3000, "dist": "lognormal:1.5"},
+            "output_length": {"mean": 1000, "dist": "exp"},
+        }
+    )
+    assert t.prompt.cv == pytest.approx(1.5) and t.prompt.moment_ratio() == pytest.approx(3000 * (1 + 1.5**2))
     lengths, w = t.prompt.discrete()
     assert (w * lengths).sum() == pytest.approx(3000) and w.sum() == pytest.approx(1)
     # context derived: E[P] + (E[O^2]/E[O] - 1) / 2 = 3000 + (2000 - 1) / 2
@@ -306,28 +393,33 @@ def test_length_forms_parse_and_round_trip():
     assert t.with_(hours=24).prompt == t.prompt  # to_dict -> traffic_from_dict keeps the shape
     b = traffic_from_dict({**DAY, "prompt_length": {"bins": [[1000, 3], [20000, 1]]}})
     assert b.prompt_length == pytest.approx(5750) and b.prompt.moment_ratio() == pytest.approx(
-        (0.75 * 1000 ** 2 + 0.25 * 20000 ** 2) / 5750)
+        (0.75 * 1000**2 + 0.25 * 20000**2) / 5750
+    )
     assert b.with_(hours=24).prompt_bins == b.prompt_bins
     assert traffic_from_dict({**DAY, "context": 4000}).prompt_length == 4000  # default prompt = context
 
 
-@pytest.mark.parametrize("value,words", [
-    ({"mean": 3000, "dist": "gamma"}, ("prompt_length.dist", "lognormal")),
-    ({"bins": []}, ("prompt_length.bins", "non-empty")),
-    ({"bins": [[1000]]}, ("prompt_length.bins[0]", "pair")),
-    ({"bins": [[1000, 0]]}, ("prompt_length.bins", "not all 0")),
-    ({"bins": [[0, 1]]}, ("prompt_length.bins[0][0]", ">= 1")),
-    ({"bins": [[100, 1]], "mean": 5}, ("prompt_length", "not both")),
-    ({"mean": -3}, ("prompt_length.mean", ">= 1")),
-    ({"median": 3}, ("prompt_length.median", "unknown key")),
-])
+@pytest.mark.parametrize(
+    "value,words",
+    [
+        ({"mean": 3000, "dist": "gamma"}, ("prompt_length.dist", "lognormal")),
+        ({"bins": []}, ("prompt_length.bins", "non-empty")),
+        ({"bins": [[1000]]}, ("prompt_length.bins[0]", "pair")),
+        ({"bins": [[1000, 0]]}, ("prompt_length.bins", "not all 0")),
+        ({"bins": [[0, 1]]}, ("prompt_length.bins[0][0]", ">= 1")),
+        ({"bins": [[100, 1]], "mean": 5}, ("prompt_length", "not both")),
+        ({"mean": -3}, ("prompt_length.mean", ">= 1")),
+        ({"median": 3}, ("prompt_length.median", "unknown key")),
+    ],
+)
 def test_bad_length_specs_are_one_line(value, words):
     _one_line_error(lambda: traffic_from_dict({**DAY, "prompt_length": value}), *words)
 
 
 def test_prompt_mix_costs_attention_by_its_token_weighted_length():
-    from moesim.plan import prefill_capacity
-    from moesim.traffic import LengthDist, PrefillPool
+    from moesim.analyses.plan import prefill_capacity
+    from moesim.specs.traffic import LengthDist, PrefillPool
+
     mix = LengthDist(5750.0, "bins", ((1000.0, 0.75), (20000.0, 0.25)))
     a = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt=mix, cached_share=0.3)
     b = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=mix.moment_ratio(), cached_share=0.3)
@@ -337,8 +429,9 @@ def test_prompt_mix_costs_attention_by_its_token_weighted_length():
 
 
 def test_spread_prompts_need_more_ttft_headroom():
-    from moesim.plan import prefill_capacity
-    from moesim.traffic import LengthDist, PrefillPool
+    from moesim.analyses.plan import prefill_capacity
+    from moesim.specs.traffic import LengthDist, PrefillPool
+
     kw = dict(prompt_length=4989.0, max_ttft_s=3.0)
     fixed = prefill_capacity("deepseek-v3", "h800", PrefillPool(), **kw)
     spread = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt=LengthDist(4989.0, "exp"), **kw)
@@ -347,8 +440,22 @@ def test_spread_prompts_need_more_ttft_headroom():
 
 
 def test_cli_length_flags(tmp_path):
-    r = run_cli("plan", "--input-tokens", "608e9", "--cache-hit-tokens", "342e9", "--output-tokens", "168e9",
-                "--prompt-length", "3000", "--prompt-dist", "exp", "--output-length", "1000", "--json")
+    r = run_cli(
+        "plan",
+        "--input-tokens",
+        "608e9",
+        "--cache-hit-tokens",
+        "342e9",
+        "--output-tokens",
+        "168e9",
+        "--prompt-length",
+        "3000",
+        "--prompt-dist",
+        "exp",
+        "--output-length",
+        "1000",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["traffic"]["prompt_length"] == {"mean": 3000.0, "dist": "exp"}

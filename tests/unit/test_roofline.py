@@ -1,4 +1,5 @@
 """`moesim roofline`: the figure is written, ops sit under their roofs, calibration rows convert."""
+
 import json
 import math
 
@@ -48,13 +49,16 @@ def test_cli_json_points_under_the_roof(tmp_path):
 
 
 def test_measurement_conversion(tmp_path):
-    from moesim.commands.roofline import measurement_points
+    from moesim.cli.roofline import measurement_points
+
     csv = tmp_path / "gemm.csv"
-    csv.write_text("kernel,backend,m,n,k,groups,time_s,tflops,GBps,bytes,exclude,source\n"
-                   "gemm,torch,64,128,256,,1e-3,,,1e6,,A-1 local\n"       # FLOPs from the shape, B/s from bytes
-                   "gemm,torch,64,128,256,,1e-3,,,1e6,old,A-2\n"          # excluded
-                   "deepep,deep_ep,,,,,1e-4,,40,,,DEP-1\n"                # communication
-                   "mla_decode,flash_mla,,,,,,,3000,,,FMLA-1\n")          # a bandwidth ceiling
+    csv.write_text(
+        "kernel,backend,m,n,k,groups,time_s,tflops,GBps,bytes,exclude,source\n"
+        "gemm,torch,64,128,256,,1e-3,,,1e6,,A-1 local\n"  # FLOPs from the shape, B/s from bytes
+        "gemm,torch,64,128,256,,1e-3,,,1e6,old,A-2\n"  # excluded
+        "deepep,deep_ep,,,,,1e-4,,40,,,DEP-1\n"  # communication
+        "mla_decode,flash_mla,,,,,,,3000,,,FMLA-1\n"
+    )  # a bandwidth ceiling
     pts, ceil, notes = measurement_points([tmp_path])
     assert len(pts) == 1
     assert pts[0]["flops_per_s"] == pytest.approx(2 * 64 * 128 * 256 / 1e-3)
@@ -64,7 +68,8 @@ def test_measurement_conversion(tmp_path):
 
 
 def test_gpu_without_measurements_still_draws(tmp_path):
-    from moesim.commands.roofline import roofline
+    from moesim.cli.roofline import roofline
+
     out = tmp_path / "h200.png"
     res = roofline("deepseek-v3", "h200", out=out, ep=8, batch=32, context=4096)
     _png(out)

@@ -1,4 +1,5 @@
 """Closed forms from the spec alone (DESIGN.md tests/unit)."""
+
 import pytest
 
 from moesim import load_hardware, load_model
@@ -33,11 +34,14 @@ def test_override_reaches_any_field():
     assert m.moe.num_experts == 384
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("name: x\n", "required"),
-    ("{{{", "malformed YAML"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("name: x\n", "required"),
+        ("{{{", "malformed YAML"),
+        ("", "empty"),
+    ],
+)
 def test_bad_hardware_yaml(tmp_path, text, needle):
     p = tmp_path / "bad.yaml"
     p.write_text(text)

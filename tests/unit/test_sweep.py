@@ -1,27 +1,48 @@
-"""moesim.sweep / mixed / disagg / the sweep CLI commands."""
+"""moesim.analyses.sweep / mixed / disagg / the sweep CLI commands."""
+
 import json
 
 import numpy as np
 import pytest
 
-import moesim
+from moesim.analyses.sweep import load_study, parse_values, sweep
 from moesim.api import estimate
 from moesim.errors import ConfigError, MoesimError
-from moesim.sweep import load_study, parse_values, sweep
 from tests.conftest import run_cli
 
-METRICS = ("step_time_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "tokens_per_s_per_node", "mfu",
-           "moe_layer_time_s", "max_batch", "total_bytes", "kv_cache_bytes")
+METRICS = (
+    "step_time_s",
+    "tpot_s",
+    "tokens_per_s_per_user",
+    "tokens_per_s_per_gpu",
+    "tokens_per_s_per_node",
+    "mfu",
+    "moe_layer_time_s",
+    "max_batch",
+    "total_bytes",
+    "kv_cache_bytes",
+)
 
 
 def _estimate_row(row, **extra):
-    return estimate(row["model"], row["hardware"], phase=row["phase"], tp=int(row["tp"]), dp=int(row["dp"]),
-                    ep=int(row["ep"]), moe_tp=int(row["moe_tp"]), batch=float(row["batch"]),
-                    context=float(row["context"]), mtp=int(row["mtp"]), acceptance=float(row["acceptance"]),
-                    redundant_experts=int(row["redundant"]),
-                    overlap=None if row["overlap_requested"] == "default" else row["overlap_requested"],
-                    cost_mode=row["cost_mode"], comm=None if row["comm_requested"] == "default" else row["comm_requested"],
-                    **extra)
+    return estimate(
+        row["model"],
+        row["hardware"],
+        phase=row["phase"],
+        tp=int(row["tp"]),
+        dp=int(row["dp"]),
+        ep=int(row["ep"]),
+        moe_tp=int(row["moe_tp"]),
+        batch=float(row["batch"]),
+        context=float(row["context"]),
+        mtp=int(row["mtp"]),
+        acceptance=float(row["acceptance"]),
+        redundant_experts=int(row["redundant"]),
+        overlap=None if row["overlap_requested"] == "default" else row["overlap_requested"],
+        cost_mode=row["cost_mode"],
+        comm=None if row["comm_requested"] == "default" else row["comm_requested"],
+        **extra,
+    )
 
 
 def _same(row, r):
@@ -39,18 +60,54 @@ def _same(row, r):
 
 @pytest.fixture(scope="module")
 def decode_df():
-    return sweep("deepseek-v3", ["h800", "h200"], "decode",
-                 {"tp": [1, 2, 8], "ep": [8, 32, 144, 256], "batch": "1:256", "context": [1000, 5000],
-                  "mtp": [0, 1], "acceptance": [0.6], "redundant": [0, 32], "overlap": ["default", "auto", "shared"]},
-                 cost_mode="calibrated", chunk_size=1000)
+    return sweep(
+        "deepseek-v3",
+        ["h800", "h200"],
+        "decode",
+        {
+            "tp": [1, 2, 8],
+            "ep": [8, 32, 144, 256],
+            "batch": "1:256",
+            "context": [1000, 5000],
+            "mtp": [0, 1],
+            "acceptance": [0.6],
+            "redundant": [0, 32],
+            "overlap": ["default", "auto", "shared"],
+        },
+        cost_mode="calibrated",
+        chunk_size=1000,
+    )
 
 
 def test_shape_and_columns(decode_df):
     df = decode_df
     assert len(df) == 2 * 3 * 4 * 9 * 2 * 2 * 2 * 3  # every point is a row, invalid ones included
-    for c in ("model", "hardware", "phase", "tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance",
-              "redundant", "step_time_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s_per_gpu",
-              "tokens_per_s_per_node", "mfu", "bottleneck", "overlap", "fits", "valid", "reason", "max_batch"):
+    for c in (
+        "model",
+        "hardware",
+        "phase",
+        "tp",
+        "dp",
+        "ep",
+        "moe_tp",
+        "batch",
+        "context",
+        "mtp",
+        "acceptance",
+        "redundant",
+        "step_time_s",
+        "tpot_s",
+        "tokens_per_s_per_user",
+        "tokens_per_s_per_gpu",
+        "tokens_per_s_per_node",
+        "mfu",
+        "bottleneck",
+        "overlap",
+        "fits",
+        "valid",
+        "reason",
+        "max_batch",
+    ):
         assert c in df.columns, c
     assert set(df["hardware"]) == {"h800", "h200"}
     assert (df["ep"] * df["moe_tp"] == df["tp"] * df["dp"]).all()  # dp derived from ep
@@ -65,13 +122,15 @@ def test_rows_equal_estimate(decode_df):
 
 
 def test_prefill_and_mixed_rows_equal_estimate():
-    df = sweep(hardware="h800", phase=["prefill"], axes={"tp": [1, 4], "ep": [16, 32], "batch": [4096, 16384],
-                                                         "context": [2000]})
+    df = sweep(
+        hardware="h800",
+        phase=["prefill"],
+        axes={"tp": [1, 4], "ep": [16, 32], "batch": [4096, 16384], "context": [2000]},
+    )
     assert (df["mtp"] == 0).all() and df["valid"].all()
     for i in (0, 5):
         _same(df.iloc[i], _estimate_row(df.iloc[i]))
-    mx = sweep(hardware="h800", phase="mixed", axes={"ep": [32, 64], "batch": [16, 64], "mtp": [1]}, isl=3000,
-               osl=500)
+    mx = sweep(hardware="h800", phase="mixed", axes={"ep": [32, 64], "batch": [16, 64], "mtp": [1]}, isl=3000, osl=500)
     assert (mx["context"] == 3000 + 250).all()  # default decode context: ISL + OSL / 2
     for i in (0, 3):
         row = mx.iloc[i]
@@ -108,7 +167,9 @@ def test_invalid_rows_masked_with_reasons(decode_df):
     d2 = sweep(hardware="h800", axes={"tp": [16, 3], "ep": [8]})
     assert not d2["valid"].any()
     assert d2["reason"].iloc[0].startswith("dp: ep x moe_tp must be a multiple of tp")
-    d3 = sweep(hardware="h800", phase=["decode", "prefill"], axes={"ep": [32], "batch": [64], "overlap": ["five-stage"]})
+    d3 = sweep(
+        hardware="h800", phase=["decode", "prefill"], axes={"ep": [32], "batch": [64], "overlap": ["five-stage"]}
+    )
     assert d3.set_index("phase").loc["decode", "valid"]
     pre = d3.set_index("phase").loc["prefill"]
     assert not pre["valid"] and "overlap" in pre["reason"]
@@ -159,23 +220,30 @@ def test_parse_values():
 
 def test_study_yaml(tmp_path):
     p = tmp_path / "s.yaml"
-    p.write_text("name: t\nmodel: deepseek-v3\nhardware: h200\nphase: decode\n"
-                 "axes:\n  ep: [8]\n  tp: [1, 8]\n  batch: '1:4'\n  context: [5.0e3]\n  mtp: [1]\n"
-                 "filters:\n  only_fits: true\n")
+    p.write_text(
+        "name: t\nmodel: deepseek-v3\nhardware: h200\nphase: decode\n"
+        "axes:\n  ep: [8]\n  tp: [1, 8]\n  batch: '1:4'\n  context: [5.0e3]\n  mtp: [1]\n"
+        "filters:\n  only_fits: true\n"
+    )
     kw = load_study(p)
     assert kw["axes"]["context"] == [5000.0]
     df = sweep(study=p)
-    ref = sweep(hardware="h200", axes={"ep": [8], "tp": [1, 8], "batch": [1, 2, 4], "context": [5000], "mtp": [1]},
-                only_fits=True)
+    ref = sweep(
+        hardware="h200",
+        axes={"ep": [8], "tp": [1, 8], "batch": [1, 2, 4], "context": [5000], "mtp": [1]},
+        only_fits=True,
+    )
     assert len(df) == 6 and np.allclose(df["step_time_s"], ref["step_time_s"])
     assert (sweep(study=p, hardware="h800")["hardware"] == "h800").all()  # explicit arguments win
-    cases = {"bogus: 1\n": "unknown key 'bogus'",
-             "axes:\n  width: [1]\n": "unknown axis 'width'",
-             "axes: [1, 2]\n": "axes",
-             "filters:\n  max_latency: 1\n": "unknown filter 'max_latency'",
-             "axes:\n  ep: [eight]\n": "ep",
-             "- 1\n- 2\n": "mapping",
-             "axes: {ep: [8\n": "not valid YAML"}
+    cases = {
+        "bogus: 1\n": "unknown key 'bogus'",
+        "axes:\n  width: [1]\n": "unknown axis 'width'",
+        "axes: [1, 2]\n": "axes",
+        "filters:\n  max_latency: 1\n": "unknown filter 'max_latency'",
+        "axes:\n  ep: [eight]\n": "ep",
+        "- 1\n- 2\n": "mapping",
+        "axes: {ep: [8\n": "not valid YAML",
+    }
     for text, needle in cases.items():
         p.write_text(text)
         with pytest.raises(ConfigError, match=needle) as e:
@@ -195,19 +263,25 @@ def test_user_errors_raise():
 
 
 def test_package_exports_are_callable():
-    import moesim.pareto  # noqa: F401  (the submodule import must not break the function export)
-    import moesim.sweep  # noqa: F401
+    import moesim.analyses.pareto  # noqa: F401  (the submodule import must not break the function export)
+    import moesim.analyses.sweep  # noqa: F401
 
     df = moesim.sweep(hardware="h800", axes={"ep": [32, 64], "batch": [8, 64]})
     assert len(moesim.pareto(df)) >= 1
 
 
 def test_disagg_rate_matching():
-    from moesim.disagg import disagg
+    from moesim.analyses.disagg import disagg
 
-    r = disagg(hardware="h800", isl=4000, osl=1000, max_ttft_s=2.0, max_tpot_s=0.08,
-               prefill_axes={"tp": [1], "ep": [16, 32], "batch": [8192, 16384]},
-               decode_axes={"tp": [1, 2], "ep": [32, 64], "batch": [16, 64, 128], "mtp": [1]})
+    r = disagg(
+        hardware="h800",
+        isl=4000,
+        osl=1000,
+        max_ttft_s=2.0,
+        max_tpot_s=0.08,
+        prefill_axes={"tp": [1], "ep": [16, 32], "batch": [8192, 16384]},
+        decode_axes={"tp": [1, 2], "ep": [32, 64], "batch": [16, 64, 128], "mtp": [1]},
+    )
     p, d = r.prefill, r.decode
     assert p["ttft_total_s"] <= 2.0 and d["tpot_s"] <= 0.08 and d["fits"]
     ratio = (d["tokens_per_s_per_gpu"] / 1000) / (p["tokens_per_s_per_gpu"] / 4000)
@@ -225,28 +299,67 @@ def test_disagg_rate_matching():
 
 def test_cli_sweep_pareto_disagg(tmp_path):
     out = tmp_path / "s.csv"
-    p = run_cli("sweep", "--hardware", "h200", "--ep", "8,16", "--tp", "1,8", "--batch", "1:8", "--top", "3",
-                "--out", out)
+    p = run_cli(
+        "sweep", "--hardware", "h200", "--ep", "8,16", "--tp", "1,8", "--batch", "1:8", "--top", "3", "--out", out
+    )
     assert p.returncode == 0, p.stderr
     import pandas as pd
+
     assert len(pd.read_csv(out)) == 16
     assert "tok/s/GPU" in p.stdout
     png = tmp_path / "f.png"
-    p = run_cli("pareto", "--hardware", "h200,h100_sxm", "--ep", "8,128", "--batch", "1:16", "--group-by",
-                "hardware,ep", "--per", "node", "--plot", png, "--json")
+    p = run_cli(
+        "pareto",
+        "--hardware",
+        "h200,h100_sxm",
+        "--ep",
+        "8,128",
+        "--batch",
+        "1:16",
+        "--group-by",
+        "hardware,ep",
+        "--per",
+        "node",
+        "--plot",
+        png,
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
     assert rows and {"hardware", "ep", "tokens_per_s_per_node"} <= set(rows[0])
     assert png.stat().st_size > 1000
-    p = run_cli("disagg", "--isl", "2000", "--osl", "500", "--max-ttft", "2", "--max-tpot", "0.06",
-                "--prefill-ep", "16", "--prefill-tp", "1", "--decode-ep", "32,64", "--decode-tp", "1",
-                "--decode-batch", "16,64", "--mtp", "1", "--json")
+    p = run_cli(
+        "disagg",
+        "--isl",
+        "2000",
+        "--osl",
+        "500",
+        "--max-ttft",
+        "2",
+        "--max-tpot",
+        "0.06",
+        "--prefill-ep",
+        "16",
+        "--prefill-tp",
+        "1",
+        "--decode-ep",
+        "32,64",
+        "--decode-tp",
+        "1",
+        "--decode-batch",
+        "16,64",
+        "--mtp",
+        "1",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["system_tokens_per_s_per_gpu"] > 0
-    for args, needle in ((("sweep", "--ep", "8", "--out", tmp_path / "x.xlsx"), "--out"),
-                         (("sweep", "--batch", "4:1"), "batch"),
-                         (("pareto", "--per", "rack"), "--per"),
-                         (("estimate", "--phase", "mixed", "--isl", "100"), "osl")):
+    for args, needle in (
+        (("sweep", "--ep", "8", "--out", tmp_path / "x.xlsx"), "--out"),
+        (("sweep", "--batch", "4:1"), "batch"),
+        (("pareto", "--per", "rack"), "--per"),
+        (("estimate", "--phase", "mixed", "--isl", "100"), "osl"),
+    ):
         p = run_cli(*args)
         assert p.returncode != 0 and "Traceback" not in p.stderr and needle in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
@@ -256,10 +369,12 @@ def test_parquet_needs_pyarrow(tmp_path):
     pytest.importorskip("pandas")
     try:
         import pyarrow  # noqa: F401
+
         pytest.skip("pyarrow installed")
     except ImportError:
         pass
-    from moesim.commands.sweep import write_frame
+    from moesim.cli.sweep import write_frame
+
     df = sweep(hardware="h800", axes={"ep": [32], "batch": [8]})
     with pytest.raises(ConfigError, match="pyarrow"):
         write_frame(df, tmp_path / "x.parquet")

@@ -3,14 +3,68 @@ import pytest
 from tests.conftest import run_cli
 
 
-@pytest.mark.parametrize("args,suffix", [
-    (["--ep", "144", "--dp", "144", "--batch", "88", "--context", "4989", "--mtp", "1", "--redundant-experts", "32",
-      "--overlap", "five-stage"], ".png"),
-    (["--phase", "prefill", "--ep", "32", "--dp", "32", "--batch", "16384", "--context", "4989",
-      "--redundant-experts", "32", "--overlap", "two-batch"], ".svg"),
-    (["--hardware", "h100_sxm", "--ep", "128", "--dp", "128", "--batch", "128", "--context", "5000", "--mtp", "1",
-      "--comm", "pplx"], ".png"),
-])
+@pytest.mark.parametrize(
+    "args,suffix",
+    [
+        (
+            [
+                "--ep",
+                "144",
+                "--dp",
+                "144",
+                "--batch",
+                "88",
+                "--context",
+                "4989",
+                "--mtp",
+                "1",
+                "--redundant-experts",
+                "32",
+                "--overlap",
+                "five-stage",
+            ],
+            ".png",
+        ),
+        (
+            [
+                "--phase",
+                "prefill",
+                "--ep",
+                "32",
+                "--dp",
+                "32",
+                "--batch",
+                "16384",
+                "--context",
+                "4989",
+                "--redundant-experts",
+                "32",
+                "--overlap",
+                "two-batch",
+            ],
+            ".svg",
+        ),
+        (
+            [
+                "--hardware",
+                "h100_sxm",
+                "--ep",
+                "128",
+                "--dp",
+                "128",
+                "--batch",
+                "128",
+                "--context",
+                "5000",
+                "--mtp",
+                "1",
+                "--comm",
+                "pplx",
+            ],
+            ".png",
+        ),
+    ],
+)
 def test_timeline_writes_an_image(tmp_path, args, suffix):
     out = tmp_path / f"t{suffix}"
     p = run_cli("timeline", *args, "--out", out)
@@ -22,8 +76,27 @@ def test_timeline_writes_an_image(tmp_path, args, suffix):
 
 def test_timeline_json_has_both_streams(tmp_path):
     import json
-    p = run_cli("timeline", "--ep", "144", "--dp", "144", "--batch", "88", "--context", "4989", "--mtp", "1",
-                "--redundant-experts", "32", "--overlap", "five-stage", "--out", tmp_path / "t.png", "--json")
+
+    p = run_cli(
+        "timeline",
+        "--ep",
+        "144",
+        "--dp",
+        "144",
+        "--batch",
+        "88",
+        "--context",
+        "4989",
+        "--mtp",
+        "1",
+        "--redundant-experts",
+        "32",
+        "--overlap",
+        "five-stage",
+        "--out",
+        tmp_path / "t.png",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     streams = {e["stream"] for e in d["events"]}

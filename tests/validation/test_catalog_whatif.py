@@ -1,4 +1,5 @@
 """Issue 7 acceptance: the catalog answers deployment questions without code changes."""
+
 import numpy as np
 import pytest
 
@@ -36,6 +37,7 @@ def test_deepseek_v3_on_gb200_nvl72_uses_one_nvlink_domain():
     assert np.isfinite(r["step_time_s"][0])
     # all 72 GPUs share the NVLink domain: no byte of the all-to-all crosses the NIC
     from moesim.workload.comm import routed_copies
+
     rdma, nvl = routed_copies("deepep-ll", 72, r.hardware.domain_gpus, 256 + 32, 8, 8, 4)
     assert float(np.ravel(rdma)[0]) == 0.0 and float(np.ravel(nvl)[0]) > 0
     assert dispatch["time_s"] > 0

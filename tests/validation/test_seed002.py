@@ -1,4 +1,5 @@
 """seed002 acceptance cases via the API (predictions, never fitted)."""
+
 import pytest
 
 from moesim.api import estimate
@@ -10,10 +11,23 @@ def _run(case, **extra):
     cfg = dict(case["config"])
     cfg.update(extra)
     s = cfg.pop("set", None)
-    return estimate(cfg.pop("model"), cfg.pop("hardware"), phase=cfg.pop("phase"), ep=cfg["ep"], dp=cfg["dp"],
-                    tp=cfg["tp"], redundant_experts=cfg["redundant_experts"], batch=cfg["batch"],
-                    context=cfg["context"], mtp=cfg["mtp"], acceptance=cfg["acceptance"], overlap=cfg["overlap"],
-                    cost_mode=cfg["cost_mode"], comm=cfg.get("comm"), set=s)
+    return estimate(
+        cfg.pop("model"),
+        cfg.pop("hardware"),
+        phase=cfg.pop("phase"),
+        ep=cfg["ep"],
+        dp=cfg["dp"],
+        tp=cfg["tp"],
+        redundant_experts=cfg["redundant_experts"],
+        batch=cfg["batch"],
+        context=cfg["context"],
+        mtp=cfg["mtp"],
+        acceptance=cfg["acceptance"],
+        overlap=cfg["overlap"],
+        cost_mode=cfg["cost_mode"],
+        comm=cfg.get("comm"),
+        set=s,
+    )
 
 
 def test_decode_roofline(seed_cases):

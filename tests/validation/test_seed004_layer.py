@@ -1,15 +1,16 @@
 """seed004 layer breakdown (Perplexity, H100, one MoE layer) and seed002's real step, predicted from
 kernel-table calibration only. A figure the model misses honestly is xfail with the number."""
+
 import pytest
 
-from moesim.validate import run_case
+from moesim.analyses.validate.cases import run_case
 
 pytestmark = pytest.mark.validation
 
 MISSES = {
     "ep128_grouped_gemm": "predicted 210 us vs 270 (-22%): DeepGEMM's own H800 table times two groups of m=512 at "
-                          "58 + 33 us per micro-batch (182 us for both), +partial tiles of random per-expert counts "
-                          "and the slowest rank; the published bar is 1.3x that",
+    "58 + 33 us per micro-batch (182 us for both), +partial tiles of random per-expert counts "
+    "and the slowest rank; the published bar is 1.3x that",
 }
 
 
@@ -17,8 +18,17 @@ def _checks(seed_cases, cid):
     return {c.metric: c for c in run_case(seed_cases[cid], seed_cases)}
 
 
-@pytest.mark.parametrize("metric", ["ep128_overlap_none", "ep128_overlap_shared", "ep128_overlap_five_stage",
-                                    "ep8_overlap_shared", "ep8_grouped_gemm_shared", "ep128_grouped_gemm"])
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "ep128_overlap_none",
+        "ep128_overlap_shared",
+        "ep128_overlap_five_stage",
+        "ep8_overlap_shared",
+        "ep8_grouped_gemm_shared",
+        "ep128_grouped_gemm",
+    ],
+)
 def test_layer_breakdown(seed_cases, metric, request):
     if metric in MISSES:
         request.applymarker(pytest.mark.xfail(strict=False, reason=MISSES[metric]))
@@ -39,9 +49,12 @@ def test_decode_real_five_stage(seed_cases):
 def test_ep8_five_stage_reads_experts_twice(seed_cases):
     """Why the EP8 series cannot be five-stage: two micro-batches stream EP8's 32 experts twice, which
     takes longer than the whole published EP8 GroupGEMM bar even at the HBM peak."""
-    from moesim.validate import _config, _estimate
+    from moesim.analyses.validate.cases import _config, _estimate
+
     cfg = _config(seed_cases["seed004-layer-breakdown"], seed_cases)
     r = _estimate(cfg, ep=8, dp=8, overlap="five-stage")
-    gg_us = sum(o["time_s"] for o in r.ops if o["name"] in ("experts_gate_up", "experts_down")) / r.model.n_moe_layers * 1e6
+    gg_us = (
+        sum(o["time_s"] for o in r.ops if o["name"] in ("experts_gate_up", "experts_down")) / r.model.n_moe_layers * 1e6
+    )
     expert_bytes = 32 * 3 * 7168 * 2048  # FP8, gate+up+down of 32 experts
     assert gg_us > 2 * expert_bytes / r.hardware.hbm_bw_Bps * 1e6 > 555

@@ -9,11 +9,12 @@ expert_skew auto):
 (An earlier engine, five-stage default and no calibration profile, gave 60.5 tok/s/user and an
 EP128 frontier that stopped at 48 tok/s/user: these cases are sensitive to the overlap choice.)
 """
+
 import numpy as np
 import pytest
 
-from moesim.pareto import frontier_at, pareto
-from moesim.sweep import sweep
+from moesim.analyses.pareto import frontier_at
+from moesim.analyses.sweep import sweep
 
 pytestmark = pytest.mark.validation
 
@@ -29,9 +30,13 @@ def test_seed004_single_node_memory(seed_cases):
     case = seed_cases["seed004-single-node-memory"]
     c = _cfg(case)
     lo, hi = case["expect"]["max_batch_range"]
-    df = sweep(c["model"], c["hardware"], c["phase"],
-               {"ep": [c["ep"]], "dp": [c["dp"]], "tp": [c["tp"]], "batch": BATCH, "context": [c["context"]]},
-               cost_mode="calibrated")
+    df = sweep(
+        c["model"],
+        c["hardware"],
+        c["phase"],
+        {"ep": [c["ep"]], "dp": [c["dp"]], "tp": [c["tp"]], "batch": BATCH, "context": [c["context"]]},
+        cost_mode="calibrated",
+    )
     assert df["valid"].all()
     row128 = df[df["batch"] == 128].iloc[0]
     assert not row128["fits"]  # 128 requests/GPU of 5,000 tokens do not fit on one H200 node at EP8
@@ -39,14 +44,26 @@ def test_seed004_single_node_memory(seed_cases):
     mb = float(df["max_batch"].iloc[0])
     assert lo <= mb <= hi, f"max_batch {mb}"
     from moesim.specs import load_model
+
     assert load_model(c["model"]).kv_bytes_per_token == case["expect"]["kv_bytes_per_token"]
 
 
 def test_seed004_latency_corner(seed_cases):
     c = _cfg(seed_cases["seed004-latency-corner"])
-    df = sweep(c["model"], c["hardware"], c["phase"],
-               {"ep": [c["ep"]], "tp": [1, 2, 4, 8], "batch": BATCH, "context": [c["context"]], "mtp": [c["mtp"]],
-                "acceptance": [c["acceptance"]]}, cost_mode=c["cost_mode"])
+    df = sweep(
+        c["model"],
+        c["hardware"],
+        c["phase"],
+        {
+            "ep": [c["ep"]],
+            "tp": [1, 2, 4, 8],
+            "batch": BATCH,
+            "context": [c["context"]],
+            "mtp": [c["mtp"]],
+            "acceptance": [c["acceptance"]],
+        },
+        cost_mode=c["cost_mode"],
+    )
     row = df[(df["tp"] == c["tp"]) & (df["dp"] == c["dp"]) & (df["batch"] == c["batch"])]
     assert len(row) == 1 and row["valid"].iloc[0] and row["fits"].iloc[0]
     v = float(row["tokens_per_s_per_user"].iloc[0])
@@ -54,7 +71,8 @@ def test_seed004_latency_corner(seed_cases):
 
 
 def _frontier(hardware, ep, c):
-    from moesim.validate_pareto import deployment_frontier  # the same frontier `moesim validate` reads
+    from moesim.analyses.validate.pareto_case import deployment_frontier  # the same frontier `moesim validate` reads
+
     return deployment_frontier(c["model"], hardware, ep, c)
 
 
@@ -68,6 +86,7 @@ def test_seed004_pareto_multinode(seed_cases):
     assert np.isfinite(y8) and np.isfinite(y128), (
         f"frontier x ranges: EP8 {single['tokens_per_s_per_user'].min():.1f}-"
         f"{single['tokens_per_s_per_user'].max():.1f}, EP128 {multi['tokens_per_s_per_user'].min():.1f}-"
-        f"{multi['tokens_per_s_per_user'].max():.1f} tok/s/user")
+        f"{multi['tokens_per_s_per_user'].max():.1f} tok/s/user"
+    )
     ratio = y128 / y8
     assert 3.0 <= ratio <= 8.0, f"ratio {ratio:.2f}"

@@ -1,0 +1,291 @@
+"""Disaggregated serving search: prefill and decode pools chosen separately (DeepSeek's PD split).
+
+For a workload (ISL input and OSL output tokens per request) and SLOs (TTFT, TPOT):
+
+1. prefill sweep (phase prefill, context = ISL): TTFT = step x max(1, ISL / batch) (a prompt
+   longer than the per-step token budget is chunked over several steps) + the KV transfer of one
+   request; keep TTFT <= max_ttft_s, valid, fits, and the prefill NIC able to ship the KV it
+   produces (tokens/s per GPU x KV bytes per token <= RDMA bandwidth); best = max input
+   tokens/s per GPU.
+2. decode sweep (phase decode, context = ISL + OSL / 2 by default): TPOT <= max_tpot_s, fits,
+   and the KV arriving for new requests fits in the step: per step a DP group admits
+   batch x a / OSL new requests (a = accepted tokens per step), each ISL x KV bytes per token on
+   every attention-TP rank (MLA latent replicated; GQA sharded) over the GPU's RDMA link;
+   kv_share = that time / step time must be <= 1. best = max output tokens/s per GPU.
+3. rate matching: prefill serves pre / ISL requests/s per GPU, decode finishes dec / OSL, so
+   P:D (GPUs) = (dec / OSL) / (pre / ISL) and the system makes dec / (1 + P:D) output tokens/s per
+   GPU (both pools counted). Whole instances: the best (n_prefill, n_decode) up to max_instances.
+4. aggregated comparison: the best `mixed` phase deployment (decode + chunked prefill in each
+   step) over the decode axes under the same TTFT/TPOT targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moesim.enums import CostMode
+from moesim.errors import ConfigError
+from moesim.specs.model import AttentionKind
+
+DEFAULT_PREFILL_AXES = {"tp": [1, 2, 4, 8], "ep": [8, 16, 32, 64], "batch": [2048, 4096, 8192, 16384, 32768]}
+DEFAULT_DECODE_AXES = {
+    "tp": [1, 2, 4, 8],
+    "ep": [8, 16, 32, 64, 128, 144, 256],
+    "redundant": [0, 32],
+    "batch": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+    "mtp": [1],
+    "acceptance": [0.8],
+}
+
+
+@dataclass
+class DisaggResult:
+    workload: dict
+    prefill: dict | None
+    decode: dict | None
+    ratio_prefill_per_decode_gpu: float
+    deployment: dict
+    kv_transfer: dict
+    system_tokens_per_s_per_gpu: float
+    system_total_tokens_per_s_per_gpu: float
+    aggregated: dict | None
+    speedup_vs_aggregated: float
+    notes: list = field(default_factory=list)
+    frames: dict = field(default_factory=dict, repr=False)  # "prefill", "decode", "mixed" DataFrames
+
+    def to_dict(self) -> dict:
+        d = {
+            k: getattr(self, k)
+            for k in (
+                "workload",
+                "prefill",
+                "decode",
+                "ratio_prefill_per_decode_gpu",
+                "deployment",
+                "kv_transfer",
+                "system_tokens_per_s_per_gpu",
+                "system_total_tokens_per_s_per_gpu",
+                "aggregated",
+                "speedup_vs_aggregated",
+                "notes",
+            )
+        }
+        return _clean(d)
+
+
+def _clean(o):
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float) and not np.isfinite(o):
+        return None
+    return o
+
+
+def kv_bytes_per_token_per_gpu(model, tp):
+    """KV bytes per token one attention-TP rank holds (MLA latent replicated; GQA heads sharded)."""
+    tp = np.asarray(tp, float)
+    kvb = float(model.kv_bytes_per_token)
+    if model.attention.kind == AttentionKind.MLA:
+        return kvb + 0.0 * tp
+    return kvb / np.minimum(tp, model.kv_heads)
+
+
+def _row(df, i):
+    r = df.loc[i].to_dict()
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
+
+
+def disagg(
+    model="deepseek-v3",
+    hardware="h800",
+    *,
+    isl,
+    osl,
+    max_ttft_s,
+    max_tpot_s,
+    prefill_hardware=None,
+    decode_hardware=None,
+    prefill_axes=None,
+    decode_axes=None,
+    aggregated_axes=None,
+    cost_mode="calibrated",
+    expert_skew="auto",
+    context_dist="fixed",
+    set=None,
+    compare_aggregated=True,
+    max_instances=64,
+    progress=None,
+) -> DisaggResult:
+    """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds)."""
+    from moesim.analyses.sweep import normalize_axes, sweep
+    from moesim.api import resolve_specs
+
+    for name, v in (("isl", isl), ("osl", osl), ("max_ttft_s", max_ttft_s), ("max_tpot_s", max_tpot_s)):
+        try:
+            good = v is not None and np.isfinite(float(v)) and float(v) > 0
+        except (TypeError, ValueError):
+            good = False
+        if not good:
+            raise ConfigError(f"{name}: must be a positive number; got {v!r}")
+    isl, osl, max_ttft_s, max_tpot_s = float(isl), float(osl), float(max_ttft_s), float(max_tpot_s)
+    max_instances = int(max_instances)
+    if max_instances < 1:
+        raise ConfigError("max_instances: must be >= 1")
+    cost_mode = CostMode.parse(cost_mode, "cost_mode").value
+    ph_hw = prefill_hardware or hardware
+    dc_hw = decode_hardware or hardware
+    m, hp = resolve_specs(model, ph_hw, set)
+    _, hd = resolve_specs(m, dc_hw, set)
+    achievable = cost_mode != "roofline"
+    link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
+    common = dict(cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, set=set, progress=progress)
+    notes = []
+
+    # ---- prefill pool
+    pax = normalize_axes(prefill_axes or DEFAULT_PREFILL_AXES)
+    for bad in ("mtp", "acceptance", "phase"):
+        pax.pop(bad, None)
+    pax.setdefault("context", [isl])
+    pre = sweep(m, hp, "prefill", pax, **common)
+    notes += [n for n in pre.attrs.get("notes", []) if n not in notes]
+    kvb = float(m.kv_bytes_per_token)
+    kv_req_s = isl * kvb / link_Bps  # one request's KV over one GPU's link
+    pre["prefill_ttft_s"] = pre["ttft_s"] * np.maximum(1.0, isl / pre["batch"].to_numpy(float))
+    pre["kv_transfer_s"] = kv_req_s
+    pre["ttft_total_s"] = pre["prefill_ttft_s"] + kv_req_s
+    # one copy of each token's KV leaves the prefill group, its ranks sharing the sending
+    pre["kv_send_link_util"] = pre["tokens_per_s_per_gpu"].to_numpy(float) * kvb / hp.rdma_Bps(achievable)
+    pre["slo_ok"] = pre["valid"] & pre["fits"] & (pre["ttft_total_s"] <= max_ttft_s) & (pre["kv_send_link_util"] <= 1.0)
+
+    # ---- decode pool
+    dax = normalize_axes(decode_axes or DEFAULT_DECODE_AXES)
+    dax.pop("phase", None)
+    if decode_axes is None and not m.mtp_layers:  # the default space drafts with MTP only where it exists
+        dax["mtp"] = [0]
+    dax.setdefault("context", [isl + osl / 2.0])
+    dec = sweep(m, hd, "decode", dax, **common)
+    notes += [n for n in dec.attrs.get("notes", []) if n not in notes]
+    acc = dec["accepted_tokens_per_step"].to_numpy(float)
+    new_req_per_step = dec["batch"].to_numpy(float) * acc / osl
+    kv_in_bytes = new_req_per_step * isl * kv_bytes_per_token_per_gpu(m, dec["tp"].to_numpy(float))
+    dec["kv_recv_s_per_step"] = kv_in_bytes / hd.rdma_Bps(achievable)
+    dec["kv_share_of_step"] = dec["kv_recv_s_per_step"] / dec["step_time_s"]
+    dec["slo_ok"] = dec["valid"] & dec["fits"] & (dec["tpot_s"] <= max_tpot_s) & (dec["kv_share_of_step"] <= 1.0)
+
+    pbest = _best(pre)
+    dbest = _best(dec)
+    workload = {
+        "isl": isl,
+        "osl": osl,
+        "max_ttft_s": max_ttft_s,
+        "max_tpot_s": max_tpot_s,
+        "prefill_hardware": hp.name,
+        "decode_hardware": hd.name,
+        "cost_mode": cost_mode,
+    }
+    kv = {
+        "kv_bytes_per_token": float(m.kv_bytes_per_token),
+        "bytes_per_request": isl * kvb,
+        "link_bytes_per_s": link_Bps,
+        "transfer_s_per_request": kv_req_s,
+    }
+    ratio = sys_tps = float("nan")
+    deployment = {}
+    if pbest is None:
+        notes.append(
+            f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
+            f"{kv_req_s * 1e3:.2f} ms)"
+        )
+    if dbest is None:
+        notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
+    prow = _row(pre, pbest) if pbest is not None else None
+    drow = _row(dec, dbest) if dbest is not None else None
+    if prow and drow:
+        p_tps, d_tps = prow["tokens_per_s_per_gpu"], drow["tokens_per_s_per_gpu"]
+        ratio = (d_tps / osl) / (p_tps / isl)
+        sys_tps = d_tps / (1.0 + ratio)
+        deployment = _instances(prow["gpus"], p_tps, drow["gpus"], d_tps, isl, osl, max_instances)
+        kv.update(
+            {
+                "decode_kv_share_of_step": drow["kv_share_of_step"],
+                "decode_kv_recv_s_per_step": drow["kv_recv_s_per_step"],
+                "prefill_kv_send_link_util": prow["kv_send_link_util"],
+            }
+        )
+
+    agg = None
+    speedup = float("nan")
+    mix = None
+    if compare_aggregated:
+        aax = normalize_axes(aggregated_axes or decode_axes or DEFAULT_DECODE_AXES)
+        aax.pop("phase", None)
+        aax.setdefault("context", [isl + osl / 2.0])
+        mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)
+        mix["slo_ok"] = mix["valid"] & mix["fits"] & (mix["tpot_s"] <= max_tpot_s) & (mix["ttft_s"] <= max_ttft_s)
+        abest = _best(mix)
+        if abest is None:
+            notes.append("no aggregated (mixed) configuration meets both targets")
+        else:
+            agg = _row(mix, abest)
+            if np.isfinite(sys_tps):
+                speedup = sys_tps / agg["tokens_per_s_per_gpu"]
+    return DisaggResult(
+        workload,
+        prow,
+        drow,
+        ratio,
+        deployment,
+        kv,
+        sys_tps,
+        sys_tps * (1.0 + isl / osl) if np.isfinite(sys_tps) else float("nan"),
+        agg,
+        speedup,
+        notes,
+        {"prefill": pre, "decode": dec, "mixed": mix},
+    )
+
+
+def _best(df):
+    ok = df["slo_ok"].to_numpy(bool)
+    if not ok.any():
+        return None
+    v = np.where(ok, df["tokens_per_s_per_gpu"].to_numpy(float), -np.inf)
+    return df.index[int(np.argmax(v))]
+
+
+def _instances(p_gpus, p_tps, d_gpus, d_tps, isl, osl, n_max):
+    """Best whole-instance deployment (n_prefill, n_decode <= n_max) by output tokens/s per GPU."""
+    p_req = p_gpus * p_tps / isl  # requests/s one prefill instance admits
+    d_req = d_gpus * d_tps / osl  # requests/s one decode instance finishes
+    n = np.arange(1, n_max + 1, dtype=float)
+    # (a) n decode instances, enough prefill instances to feed them
+    np_a = np.ceil(n * d_req / p_req - 1e-9)
+    # (b) n prefill instances, enough decode instances to drain them
+    nd_b = np.ceil(n * p_req / d_req - 1e-9)
+    cand_p = np.concatenate([np_a, n])
+    cand_d = np.concatenate([n, nd_b])
+    keep = (cand_p <= n_max) & (cand_d <= n_max)
+    cand_p, cand_d = cand_p[keep], cand_d[keep]
+    if cand_p.size == 0:
+        return {}
+    req = np.minimum(cand_p * p_req, cand_d * d_req)
+    gpus = cand_p * p_gpus + cand_d * d_gpus
+    per_gpu = req * osl / gpus
+    i = int(np.argmax(per_gpu))
+    return {
+        "prefill_instances": int(cand_p[i]),
+        "decode_instances": int(cand_d[i]),
+        "prefill_gpus": int(cand_p[i] * p_gpus),
+        "decode_gpus": int(cand_d[i] * d_gpus),
+        "requests_per_s": float(req[i]),
+        "output_tokens_per_s_per_gpu": float(per_gpu[i]),
+    }
+
+
+__all__ = ["disagg", "DisaggResult", "kv_bytes_per_token_per_gpu", "DEFAULT_PREFILL_AXES", "DEFAULT_DECODE_AXES"]

@@ -1,0 +1,136 @@
+"""One MoE layer's two-stream timeline (compute and comm) for a single configuration."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim import workload as W
+from moesim.api import load_profile_for, resolve_parallel, resolve_specs
+from moesim.balance.factors import imbalance_factors
+from moesim.engine.evaluate import _apply_imbalance, _imbalance_for, default_comm
+from moesim.enums import CommMode, CostMode, OpKind, Overlap, Phase, Stream
+from moesim.grid.core import Grid
+from moesim.grid.validity import require_valid
+from moesim.perf.cost import CostModel
+from moesim.schedule.schemes import SCHEMES, layer_period, slot_time
+
+
+def layer_timeline(
+    model="deepseek-v3",
+    hardware="h800",
+    *,
+    phase="decode",
+    tp=1,
+    dp=None,
+    ep=None,
+    moe_tp=1,
+    batch=64,
+    context=4096,
+    mtp=0,
+    acceptance=0.8,
+    redundant_experts=0,
+    overlap=None,
+    cost_mode="calibrated",
+    comm=None,
+    set=None,
+    expert_skew="auto",
+    context_dist="fixed",
+) -> dict:
+    """-> {"events": [...], "period_s": float, "scheme": str, "title": str}. Events: dicts with stream,
+    micro_batch, label, start_s, end_s, ops (list of (name, time_s) inside compute slots)."""
+    phase = Phase.parse(phase, "phase")
+    cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    m, h = resolve_specs(model, hardware, set)
+    tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
+    grid = Grid.single(
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        moe_tp=moe_tp,
+        batch=batch,
+        context=context,
+        mtp=0 if phase == Phase.PREFILL else mtp,
+        acceptance=acceptance,
+        redundant=redundant_experts,
+    )
+    require_valid(m, h, grid, phase)
+    if overlap in (None, "auto", Overlap.AUTO):
+        # the schedule `moesim estimate` would pick for this configuration (fastest; never "ideal")
+        from moesim.api import evaluate_grid
+
+        ev, _ = evaluate_grid(
+            m,
+            h,
+            grid,
+            phase=phase,
+            overlap="auto",
+            cost_mode=cost_mode,
+            comm=comm,
+            expert_skew=expert_skew,
+            context_dist=context_dist,
+        )
+        scheme_name = ev.chosen
+    else:
+        scheme_name = Overlap.parse(overlap, "overlap").value
+    if scheme_name in ("ideal", "auto"):
+        from moesim.errors import ConfigError
+
+        raise ConfigError(f"overlap: timeline needs a concrete schedule; allowed: {', '.join(SCHEMES)}")
+    if scheme_name == "five-stage" and phase == Phase.PREFILL:
+        from moesim.errors import ConfigError
+
+        raise ConfigError(
+            "overlap: five-stage is a decode schedule; allowed for prefill: serial, shared, sbo, two-batch"
+        )
+    scheme = SCHEMES[scheme_name]
+    comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
+    prof, notes = load_profile_for(h, cost_mode)
+    imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
+    wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
+    costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
+    if imb:
+        costs = _apply_imbalance(costs, _imbalance_for(imb, scheme.micro_batches))
+    trace: list = []
+    period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
+    events = []
+    t0 = float(np.ravel(trace[0][3])[0]) if trace else 0.0
+    for stream, mb, label, start, end in trace:
+        ev = {
+            "stream": stream,
+            "micro_batch": mb,
+            "label": label,
+            "start_s": float(np.ravel(start)[0]) - t0,
+            "end_s": float(np.ravel(end)[0]) - t0,
+            "ops": [],
+        }
+        if stream == "compute":
+            slot = next(s for s in scheme.slots if s.mb == mb and _label(s) == label)
+            for c in costs:
+                if (
+                    c.stage in slot.stages
+                    and (not slot.only or c.name in slot.only)
+                    and c.name not in slot.skip
+                    and not (c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL)
+                ):
+                    t = float(np.ravel(c.time_s)[0])
+                    if t > 0:
+                        ev["ops"].append((c.name, t))
+        events.append(ev)
+    title = (
+        f"{m.name} {h.name} {phase.value} TP{tp} DP{dp} EP{ep} batch {batch:g} ctx {context:g} · "
+        f"{scheme_name} · {cost_mode.value} · {comm.value} · layer {period * 1e6:.0f} µs"
+    )
+    return {
+        "events": events,
+        "period_s": period,
+        "scheme": scheme_name,
+        "title": title,
+        "notes": notes,
+        "slot_compute_s": [float(np.ravel(slot_time(costs, s))[0]) for s in scheme.slots],
+    }
+
+
+def _label(slot):
+    from moesim.schedule.schemes import slot_label
+
+    return slot_label(slot)

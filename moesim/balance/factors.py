@@ -1,0 +1,60 @@
+"""Rank-imbalance factors for one grid (the step waits for the slowest rank).
+
+Defaults: `expert_skew="uniform"` = equal expert popularity with multinomial noise of a finite
+batch (the optimistic case); `context_dist="fixed"` = DeepSeek's decode load balancer equalises
+KV per rank. Skewed traffic is given with --expert-skew zipf:<s> or a per-expert load CSV.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.enums import Phase
+from moesim.grid.core import Grid
+
+
+def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_dist="fixed", cost_mode="calibrated"):
+    """-> ({"experts": array, "attention": array}, notes). expert_skew "auto": "none" (perfect
+    balance) for the roofline lower bound, "uniform" (multinomial noise) otherwise."""
+    notes = []
+    if expert_skew == "auto":
+        expert_skew = "none" if str(cost_mode) == "roofline" else "uniform"
+    if expert_skew == "none" and context_dist == "fixed":
+        return None, notes
+    try:
+        from moesim.balance import imbalance as I
+    except ImportError:
+        return None, ["rank imbalance not modelled (moesim.balance unavailable)"]
+    out = {}
+    phase = Phase(phase)
+    if model.is_moe and expert_skew != "none":
+        tokens = grid.batch * (grid.q_len if phase != Phase.PREFILL else 1.0) * grid.dp
+        # each micro-batch is its own all-to-all synchronisation: with two micro-batches the slowest
+        # rank is drawn from half the tokens (more multinomial noise) -> "experts@2"
+        factors = {1: np.ones(grid.size), 2: np.ones(grid.size)}
+        for ep in np.unique(grid.ep):
+            for red in np.unique(grid.redundant[grid.ep == ep]):
+                sel = (grid.ep == ep) & (grid.redundant == red)
+                shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
+                for ub in factors:
+                    factors[ub][sel] = I.expert_rank_imbalance(tokens[sel] / ub, model.moe.top_k, shares)
+        out["experts"], out["experts@2"] = factors[1], factors[2]
+        if grid.size == 1:
+            notes.append(
+                f"slowest EP rank receives {factors[1][0]:.2f}x the mean routed load ({factors[2][0]:.2f}x "
+                f"per micro-batch of two) (expert_skew={expert_skew}"
+                f"{', EPLB over the redundant slots' if grid.redundant[0] else ''}): applied to the expert "
+                f"GEMMs, dispatch and combine"
+            )
+    cv = I.context_dist(context_dist)
+    if phase != Phase.PREFILL and cv > 0:
+        # expected max over DP ranks of the KV tokens a rank's requests hold (attention-core work)
+        out["attention"] = I.dp_attention_imbalance(
+            grid.batch, grid.dp, grid.context, cv, context_skewness=I.context_skewness(context_dist)
+        )
+        if grid.size == 1:
+            notes.append(
+                f"slowest DP rank holds {float(np.ravel(out['attention'])[0]):.2f}x the mean KV "
+                f"(context_dist={context_dist}): applied to the attention core"
+            )
+    return out, notes

@@ -1,0 +1,182 @@
+"""Run a kernel over its shapes, time it, and append rows to the CSV (resumable, atomic).
+
+Timing
+  * CUDA: warm-up calls, then `repeats` timed calls between CUDA events, each preceded by a
+    256 MiB write that flushes the 50 MiB L2 (outside the timed region); the median is kept.
+  * CPU: time.perf_counter around each call after warm-up; the median is kept.
+Inputs are random and non-zero (randn; scales > 0).
+
+Resume: shapes whose key (kernel, backend, device, gpu, shape columns) is already in the CSV are
+skipped. Each finished shape is appended atomically (temp file + os.replace), so an interrupted
+run leaves the previous CSV plus the shapes it completed, never a torn file.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moesim.calibration.records import SHAPE_COLUMNS, append_rows_atomic, done_keys, row_key
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class KernelSpec:
+    """What a runner module provides to the harness."""
+
+    kernel: str
+    shapes: Callable[[bool, str, str], list[dict]]  # (quick, device, backend) -> shapes
+    build: Callable[[dict, str, str], Callable[[], object]]  # (shape, backend, device) -> zero-arg callable
+    work: Callable[[dict, str], tuple] | None = None  # (shape, dtype) -> (flops, bytes) for tflops / GBps
+    dtype: Callable[[str, str], str] = lambda backend, device: ""  # (backend, device) -> dtype label
+    note: Callable[[dict, str, str], str] = lambda shape, backend, device: ""
+
+
+@dataclass
+class RunResult:
+    path: Path | None
+    written: int = 0
+    skipped_existing: int = 0
+    rows: list = field(default_factory=list)
+
+
+def time_cpu(fn: Callable, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+_FLUSH = {}
+
+
+def time_cuda(fn: Callable, warmup: int, repeats: int, flush_l2: bool = True) -> float:  # pragma: no cover - GPU
+    import torch
+
+    dev = torch.cuda.current_device()
+    if flush_l2 and dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for s, e in zip(starts, ends):
+        if flush_l2:
+            _FLUSH[dev].zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e-3
+
+
+def default_timer(device: str) -> Callable[[Callable, int, int], float]:
+    return time_cuda if device == "cuda" else time_cpu
+
+
+def free_device_memory(device: str) -> None:
+    if device == "cuda":  # pragma: no cover - GPU
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def run_kernel(
+    spec: KernelSpec,
+    backend: str,
+    device: str,
+    out: Path,
+    *,
+    quick: bool = False,
+    shapes: Iterable[dict] | None = None,
+    machine: dict | None = None,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    timer: Callable | None = None,
+    progress: bool = True,
+    console=None,
+) -> RunResult:
+    """Time every shape not yet in `out` and append one row per shape."""
+    out = Path(out)
+    if machine is None:
+        from moesim.calibration.runners.backends import machine_info
+
+        machine = machine_info(device, backend)
+    warmup = warmup if warmup is not None else (2 if quick else 5)
+    repeats = repeats if repeats is not None else (5 if quick else 20) if device == "cpu" else (10 if quick else 30)
+    timer = timer or default_timer(device)
+    dtype = spec.dtype(backend, device)
+    todo = list(shapes) if shapes is not None else spec.shapes(quick, device, backend)
+    done = done_keys(out)
+    base = {"kernel": spec.kernel, "backend": backend, "dtype": dtype, **machine}
+    pending = []
+    skipped = 0
+    for s in todo:
+        row = {**base, **s}
+        if row_key(row) in done:
+            skipped += 1
+        else:
+            pending.append(row)
+    result = RunResult(out, 0, skipped)
+    prog = None
+    if progress and pending:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        prog = Progress(
+            TextColumn(f"[bold]{spec.kernel}[/] {backend}/{device}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=False,
+        )
+        prog.start()
+        task = prog.add_task("", total=len(pending))
+    try:
+        for row in pending:
+            shape = {c: row[c] for c in SHAPE_COLUMNS if c in row and c != "dtype"}
+            if prog is not None:
+                prog.update(
+                    task,
+                    description=", ".join(
+                        f"{k}={v}"
+                        for k, v in shape.items()
+                        if k in ("m", "n", "k", "groups", "batch", "context", "ep", "tokens", "bytes", "layout", "op")
+                    ),
+                )
+            fn = spec.build(shape, backend, device)
+            t = float(timer(fn, warmup, repeats)) / float(getattr(fn, "calls", 1))
+            del fn
+            free_device_memory(device)
+            row = dict(row)
+            row["time_s"] = t
+            if spec.work is not None:
+                flops, nbytes = spec.work(shape, dtype)
+                if flops:
+                    row["tflops"] = flops / t / 1e12
+                if nbytes:
+                    row["GBps"] = nbytes / t / 1e9
+            row["source"] = (
+                f"local run: moesim calibrate run {spec.kernel} --backend {backend} --device {device}"
+                f"{' --quick' if quick else ''} ({machine.get('gpu', '')})"
+            )
+            row["note"] = spec.note(shape, backend, device) or f"median of {repeats} timed calls after {warmup} warm-up"
+            append_rows_atomic(out, [row])
+            result.rows.append(row)
+            result.written += 1
+            if prog is not None:
+                prog.advance(task)
+    finally:
+        if prog is not None:
+            prog.stop()
+    return result

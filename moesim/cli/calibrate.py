@@ -1,0 +1,236 @@
+"""`moesim calibrate {run,fit,show}`: time kernels, fit profiles, show them.
+
+Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer only); torch,
+scipy and pandas load inside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run kernels, fit and show calibration profiles.",
+)
+
+RUNNERS = {
+    "gemm": "moesim.calibration.runners.gemm",
+    "grouped_gemm": "moesim.calibration.runners.grouped_gemm",
+    "mla": "moesim.calibration.runners.mla",
+    "memcpy": "moesim.calibration.runners.memcpy",
+}
+
+
+def run_kernel(
+    kernel: str,
+    backend: str | None = None,
+    device: str | None = None,
+    quick: bool = False,
+    out: Path | None = None,
+    shapes=None,
+    progress: bool = True,
+    warmup=None,
+    repeats=None,
+    threads: int | None = None,
+    echo=print,
+):
+    """Python entry point of `calibrate run`: returns the RunResult, or None when skipped.
+
+    threads: CPU only, torch intra-op threads for the run (recorded in the `sms` column). One thread
+    is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
+    descheduled.
+    """
+    import importlib
+
+    from moesim.calibration.runners import backends as B
+    from moesim.calibration.runners.harness import run_kernel as _run
+
+    if kernel not in B.KERNELS:
+        from moesim.errors import CalibrationError
+
+        raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
+    if kernel == "deepep":
+        return _run_deepep(backend, quick, out, echo)
+    dev = B.resolve_device(device)
+    try:
+        b = B.choose_backend(kernel, backend, dev)
+    except B.Skipped as e:
+        echo(str(e))
+        return None
+    spec = importlib.import_module(RUNNERS[kernel]).SPEC
+    if threads and dev == "cpu":
+        import torch
+
+        torch.set_num_threads(int(threads))
+    machine = B.machine_info(dev, b)
+    if out is None:
+        from moesim.specs.loader import data_root
+
+        out = data_root() / "calibration" / "measurements" / B.gpu_slug(machine["gpu"]) / f"{kernel}.csv"
+    res = _run(
+        spec,
+        b,
+        dev,
+        Path(out),
+        quick=quick,
+        shapes=shapes,
+        machine=machine,
+        progress=progress,
+        warmup=warmup,
+        repeats=repeats,
+    )
+    echo(
+        f"{kernel}: {res.written} rows written, {res.skipped_existing} already in {out} ({b} on {dev}, "
+        f"{machine['gpu']})"
+    )
+    return res
+
+
+def _run_deepep(backend, quick, out, echo):  # pragma: no cover - needs GPUs
+    import os
+
+    from moesim.calibration.runners import backends as B
+
+    b = backend or "deep_ep"
+    if b not in B.BACKENDS["deepep"]:
+        from moesim.errors import CalibrationError
+
+        raise CalibrationError(f"--backend {b!r} is not available for deepep; allowed: deep_ep, nccl")
+    if not B.library("torch").available:
+        echo("skipped: torch not importable")
+        return None
+    if b == "deep_ep" and not B.library("deep_ep").available:
+        echo("skipped: deep_ep not importable")
+        return None
+    if not B.cuda_available():
+        echo("skipped: no CUDA device visible to torch")
+        return None
+    from moesim.calibration.runners import deepep
+
+    if out is None:
+        from moesim.specs.loader import data_root
+
+        name = B.machine_info("cuda", b)["gpu"]
+        out = (
+            data_root()
+            / "calibration"
+            / "measurements"
+            / B.gpu_slug(name)
+            / ("deepep.csv" if b == "deep_ep" else "nccl.csv")
+        )
+    if "WORLD_SIZE" in os.environ:
+        return deepep.main(["--backend", b, "--out", str(out)] + (["--quick"] if quick else []))
+    return deepep.launch(b, quick, Path(out))
+
+
+@app.command("run")
+def run_cmd(
+    kernel: str = typer.Argument(..., help="gemm | grouped_gemm | mla | deepep | memcpy"),
+    backend: str | None = typer.Option(
+        None, "--backend", help="deep_gemm | flash_mla | deep_ep | nccl | torch (default: the best importable)"
+    ),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu"),
+    quick: bool = typer.Option(False, "--quick", help="a small subset of the shapes"),
+    out: Path | None = typer.Option(
+        None, "--out", help="CSV to append to (default: calibration/measurements/<gpu>/<kernel>.csv)"
+    ),
+    threads: int | None = typer.Option(None, "--threads", help="CPU only: torch threads (default: torch's)"),
+):
+    """Time one kernel family over DeepSeek-V3 shapes; re-running resumes where it stopped."""
+    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo)
+
+
+@app.command("fit")
+def fit_cmd(
+    csv: list[Path] = typer.Argument(None, help="measurement CSVs (calibration/measurements/<gpu>/*.csv)"),
+    out: Path = typer.Option(..., "--out", help="profile YAML to write (calibration/profiles/<gpu>.yaml)"),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU name (default: the CSVs' folder name)"),
+    inherit: list[Path] | None = typer.Option(
+        None, "--inherit", help="profile(s) to inherit uncovered kernels from, first wins (repeatable)"
+    ),
+    folds: int | None = typer.Option(None, "--folds", help="CV folds (default: leave-one-out up to 20 rows, else 10)"),
+    note: str = typer.Option("", "--note", help="device note stored in the profile"),
+):
+    """Fit efficiency curves and alpha-beta parameters; print the cross-validation table."""
+    from moesim.calibration import fit as F
+
+    prof = F.fit(csv or [], gpu=gpu, out=out, inherit=inherit or [], folds=folds, device_note=note)
+    print_cv_table(prof)
+    typer.echo(f"wrote {out}")
+
+
+def print_cv_table(prof: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = __import__("moesim.calibration.fit", fromlist=["cv_table"]).cv_table(prof)
+    t = Table(title=f"cross-validation, {prof['gpu']} (held-out rows, |predicted/measured - 1|)")
+    for c in ("kernel", "rows", "folds", "median abs err %", "max abs err %"):
+        t.add_column(c, justify="left" if c == "kernel" else "right")
+    for r in rows:
+        t.add_row(r["kernel"], str(r["rows"]), str(r["folds"]), _pct(r["median_abs_pct"]), _pct(r["max_abs_pct"]))
+    Console().print(t)
+    inh = prof.get("inherited") or {}
+    if inh:
+        typer.echo("inherited: " + ", ".join(f"{k} <- {v}" for k, v in inh.items()))
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+@app.command("show")
+def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200) or a profile path")):
+    """Print a profile: provenance, parameters and CV error of every kernel and collective."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from moesim.errors import CalibrationError
+    from moesim.perf.profile import Profile, _prov, read_profile_file
+    from moesim.specs.loader import data_root
+
+    p = Path(gpu)
+    if not (p.suffix in (".yaml", ".yml") or "/" in gpu):
+        p = data_root() / "calibration" / "profiles" / f"{gpu.strip().lower().replace('-', '_')}.yaml"
+    if not p.exists():
+        have = sorted(x.stem for x in (data_root() / "calibration" / "profiles").glob("*.yaml"))
+        raise CalibrationError(f"no calibration profile {p}; available: {', '.join(have) or '(none)'}")
+    data = read_profile_file(p)
+    prof = Profile(data)
+    con = Console()
+    con.print(
+        f"[bold]{data['gpu']}[/]  schema {data['schema_version']}  date {data.get('date', '')}  "
+        f"launch {prof.launch_s * 1e6:.2f} us ({(data.get('launch') or {}).get('status', '')})"
+    )
+    if data.get("device_note"):
+        con.print(data["device_note"])
+    t = Table(title="kernels")
+    for c in ("family", "provenance", "model", "parameters"):
+        t.add_column(c)
+    for fam, e in data["kernels"].items():
+        params = ", ".join(f"{k}={v}" for k, v in e["params"].items())
+        t.add_row(fam, prof.provenance(fam), e["model"], params)
+    con.print(t)
+    t = Table(title="collectives")
+    for c in ("mode / op", "provenance", "alpha us", "RDMA GB/s", "NVLink GB/s", "CV median / max %"):
+        t.add_column(c)
+    for mode, ops in data["comm"].items():
+        for op, e in ops.items():
+            pr = e["params"]
+            alpha = f"{pr['alpha_us']}" + (f" (intra {pr['alpha_intra_us']})" if "alpha_intra_us" in pr else "")
+            cv = e.get("cv") or {}
+            t.add_row(
+                f"{mode} {op}",
+                _prov(e),
+                alpha,
+                str(pr["rdma_GBps"]),
+                str(pr["nvlink_GBps"]),
+                f"{_pct(cv.get('median_abs_pct'))} / {_pct(cv.get('max_abs_pct'))}",
+            )
+    for op, e in data["collectives"].items():
+        t.add_row(op, _prov(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
+    con.print(t)

@@ -1,0 +1,90 @@
+"""Enumerations shared across the flow."""
+
+from enum import Enum
+
+
+class StrEnum(str, Enum):
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+    @classmethod
+    def parse(cls, value, field: str = None):
+        from moesim.errors import SpecError
+
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise SpecError(f"{field or cls.__name__}: {value!r} is not one of {{{allowed}}}") from None
+
+
+class Dtype(StrEnum):
+    FP8 = "fp8"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+    FP4 = "fp4"
+
+    @property
+    def bytes(self) -> float:
+        return {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp4": 0.5}[self.value]
+
+
+class OpKind(StrEnum):
+    GEMM = "gemm"
+    GROUPED_GEMM = "grouped_gemm"
+    BMM = "bmm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"  # norms, activations, router softmax
+    COLLECTIVE = "collective"  # all-reduce, all-gather
+    ALL_TO_ALL = "all_to_all"  # EP dispatch / combine
+    P2P = "p2p"  # KV transfer
+
+
+class Stream(StrEnum):
+    COMPUTE = "compute"
+    COMM = "comm"
+
+
+class Bound(StrEnum):
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    NETWORK = "network"
+    LATENCY = "latency"
+
+
+class Provenance(StrEnum):
+    ROOFLINE = "roofline"
+    FITTED = "fitted"
+    MEASURED = "measured"
+
+
+class CostMode(StrEnum):
+    ROOFLINE = "roofline"
+    CALIBRATED = "calibrated"
+    MEASURED = "measured"
+
+
+class Phase(StrEnum):
+    DECODE = "decode"
+    PREFILL = "prefill"
+    MIXED = "mixed"
+
+
+class Overlap(StrEnum):
+    SERIAL = "serial"
+    IDEAL = "ideal"
+    SHARED = "shared"
+    TWO_BATCH = "two-batch"
+    FIVE_STAGE = "five-stage"
+    SBO = "sbo"
+    AUTO = "auto"
+
+
+class CommMode(StrEnum):
+    DEEPEP_LL = "deepep-ll"
+    DEEPEP_NORMAL = "deepep-normal"
+    NCCL = "nccl"
+    PPLX = "pplx"

@@ -1,0 +1,91 @@
+"""Deployment-config validation: one vectorized mask with reasons (sweeps) and a raising check
+(estimate). Messages name the field and what is allowed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.enums import Phase
+from moesim.errors import ConfigError
+from moesim.grid.core import Grid
+from moesim.specs.hardware import HardwareSpec
+from moesim.specs.model import ModelSpec
+
+MAX_GPUS = 1_000_000
+
+
+def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
+    """-> (valid mask, reason per config ('' if valid)). Vectorized; first failing rule wins."""
+    phase = Phase(phase)
+    n = grid.size
+    reason = np.full(n, "", dtype=object)
+    heads = model.attention.num_heads
+    gpus = grid.tp * grid.dp
+    rules = []
+
+    def rule(bad, text):
+        rules.append((np.asarray(bad, bool) & np.ones(n, bool), text))
+
+    finite_allowed = {
+        "tp": "a positive integer",
+        "dp": "a positive integer",
+        "ep": "a positive integer",
+        "moe_tp": "a positive integer",
+        "batch": "allowed (0, 1e9]",
+        "context": f"allowed (0, max_context = {model.max_context:,}] tokens",
+        "mtp": "an integer in [0, 16]",
+        "redundant": "an integer >= 0",
+    }
+    for name, allowed in finite_allowed.items():
+        v = getattr(grid, name)
+        rule(
+            ~np.isfinite(v),
+            f"{'redundant_experts' if name == 'redundant' else name}: must be a finite number; {allowed}",
+        )
+    for name in ("tp", "dp", "ep", "moe_tp"):
+        v = getattr(grid, name)
+        rule((v < 1) | (v != np.round(v)), f"{name}: must be a positive integer")
+    rule(gpus > MAX_GPUS, f"tp x dp: at most {MAX_GPUS:,} GPUs")
+    rule(heads % np.maximum(grid.tp, 1) != 0, f"tp: must divide the {heads} attention heads")
+    rule(grid.ep * grid.moe_tp != gpus, "ep x moe_tp: must equal tp x dp (every GPU holds attention and experts)")
+    rule(grid.batch <= 0, "batch: must be > 0")
+    rule(grid.batch > 1e9, "batch: at most 1e9")
+    rule(grid.context <= 0, "context: must be > 0 tokens")
+    rule(grid.context > model.max_context, f"context: at most the model's max_context = {model.max_context:,}")
+    rule((grid.mtp < 0) | (grid.mtp != np.round(grid.mtp)) | (grid.mtp > 16), "mtp: an integer in [0, 16]")
+    rule(~np.isfinite(grid.acceptance) | (grid.acceptance < 0) | (grid.acceptance > 1), "acceptance: must be in [0, 1]")
+    rule((grid.redundant < 0) | (grid.redundant != np.round(grid.redundant)), "redundant_experts: an integer >= 0")
+    if phase == Phase.DECODE and not model.mtp_layers:
+        rule(grid.mtp > 0, f"mtp: {model.name} has no MTP module (mtp_layers = 0); allowed 0")
+    if model.is_moe:
+        m = model.moe
+        slots = m.num_experts + grid.redundant
+        rule(
+            np.mod(slots, np.maximum(grid.ep, 1)) != 0,
+            f"ep: must divide the expert slots (num_experts {m.num_experts} + redundant_experts)",
+        )
+        rule(grid.ep > slots, "ep: at most num_experts + redundant_experts ranks")
+        rule(
+            m.expert_intermediate_size % np.maximum(grid.moe_tp, 1) != 0,
+            f"moe_tp: must divide the expert width {m.expert_intermediate_size}",
+        )
+    else:
+        rule(grid.ep != 1, f"ep: {model.name} is dense; allowed ep = 1 (use tp/dp)")
+        rule(grid.redundant != 0, "redundant_experts: dense model; allowed 0")
+    if model.dense_ffn is not None:
+        rule(
+            model.dense_ffn.intermediate_size % np.maximum(grid.tp, 1) != 0,
+            f"tp: must divide the dense FFN width {model.dense_ffn.intermediate_size}",
+        )
+    ok = np.ones(n, bool)
+    for bad, text in rules:
+        new = bad & ok
+        reason[new] = text
+        ok &= ~bad
+    return ok, reason
+
+
+def require_valid(model, hw, grid, phase):
+    ok, reason = check_grid(model, hw, grid, phase)
+    if not ok.all():
+        raise ConfigError(str(reason[~ok][0]))

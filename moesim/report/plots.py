@@ -1,0 +1,85 @@
+"""matplotlib figures (imported only by the commands that draw)."""
+
+from __future__ import annotations
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_timeline(tl: dict, out) -> None:
+    """Two-stream Gantt chart of one layer (two periods): blocks per micro-batch and stage, comm
+    under compute, bubbles as gaps — in the style of DeepSeek's overlap figures."""
+    plt = _plt()
+    colors = {0: "#4C72B0", 1: "#DD8452"}
+    fig, ax = plt.subplots(figsize=(13, 3.2))
+    rows = {"compute": 1.0, "comm": 0.0}
+    for ev in tl["events"]:
+        y = rows[ev["stream"]]
+        x0, w = ev["start_s"] * 1e6, (ev["end_s"] - ev["start_s"]) * 1e6
+        ax.barh(
+            y,
+            w,
+            left=x0,
+            height=0.6,
+            color=colors.get(ev["micro_batch"], "grey"),
+            edgecolor="black",
+            alpha=0.85 if ev["stream"] == "compute" else 0.55,
+        )
+        label = f"{'AB'[ev['micro_batch']] if ev['micro_batch'] < 2 else ev['micro_batch']}:{ev['label']}"
+        ax.text(x0 + w / 2, y, label, ha="center", va="center", fontsize=7, clip_on=True)
+        # op boundaries inside a compute slot (proportional to op times)
+        tot = sum(t for _, t in ev["ops"]) or 1.0
+        x = x0
+        for _, t in ev["ops"][:-1]:
+            x += w * t / tot
+            ax.plot([x, x], [y - 0.3, y + 0.3], color="white", lw=0.5)
+    ax.set_yticks([0, 1], ["comm (NIC/NVLink)", "compute (SMs)"])
+    ax.set_xlabel("time (µs)")
+    ax.set_title(tl["title"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+
+
+def plot_parity(checks, out) -> None:
+    """Predicted vs published (log-log), one marker per numeric check, coloured by class."""
+    import math
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    pts = [
+        (c.expected, c.predicted, c.cls, c.case)
+        for c in checks
+        if isinstance(c.expected, float)
+        and isinstance(c.predicted, float)
+        and not math.isnan(c.rel_error)
+        and c.expected > 0
+        and c.predicted > 0
+    ]
+    markers = {"kernel": "o", "layer": "s", "system": "^", "economics": "D"}
+    for cls in sorted({p[2] for p in pts}):
+        xs = [p[0] for p in pts if p[2] == cls]
+        ys = [p[1] for p in pts if p[2] == cls]
+        ax.scatter(xs, ys, marker=markers.get(cls, "o"), label=cls)
+    if pts:
+        lo = min(min(p[0], p[1]) for p in pts) / 2
+        hi = max(max(p[0], p[1]) for p in pts) * 2
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color="grey", alpha=0.15, label="±20%")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("published")
+    ax.set_ylabel("predicted by moesim")
+    ax.legend(fontsize=8)
+    ax.set_title("moesim validate: parity")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
