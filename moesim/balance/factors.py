@@ -7,6 +7,8 @@ KV per rank. Skewed traffic is given with --expert-skew zipf:<s> or a per-expert
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from moesim.enums import Phase
@@ -58,3 +60,42 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
                 f"(context_dist={context_dist}): applied to the attention core"
             )
     return out, notes
+
+
+def factors_for(imb, ub):
+    """The factors for a micro-batch count: "experts@<ub>" (the slowest rank of one micro-batch)
+    replaces "experts" when given."""
+    out = {k: v for k, v in imb.items() if "@" not in k}
+    if f"experts@{ub}" in imb:
+        out["experts"] = imb[f"experts@{ub}"]
+    return out
+
+
+def apply_factors(costs, imb):
+    """Scale the slowest rank's op costs: routed experts and their all-to-alls by the expert load
+    factor, the attention core by the DP-attention factor."""
+    if not imb:
+        return costs
+    out = []
+    for c in costs:
+        f = 1.0
+        if c.name.endswith(("experts_gate_up", "experts_down", "experts_act", "dispatch", "combine")):
+            f = imb.get("experts", 1.0)
+        elif c.name.endswith("attn_core"):
+            f = imb.get("attention", 1.0)
+        if np.any(np.asarray(f) != 1.0):
+            c = dataclasses.replace(
+                c, time_s=c.time_s * f, compute_s=c.compute_s * f, memory_s=c.memory_s * f, network_s=c.network_s * f
+            )
+        out.append(c)
+    return out
+
+
+def check_imbalance_flags(model, expert_skew="auto", context_dist="fixed"):
+    """Raise on a bad --expert-skew / --context-dist before any evaluation (sweeps would otherwise
+    turn a bad flag into invalid rows)."""
+    from moesim.balance import imbalance as I  # lazy: scipy (start-up time)
+
+    I.context_dist(context_dist)
+    if model.is_moe and str(expert_skew).strip().lower() not in ("auto", "none"):
+        I.skew_shares(1, model.moe.num_experts, 0, expert_skew)
