@@ -5,6 +5,23 @@ from __future__ import annotations
 from moesim import units as U
 
 
+def model_line(m) -> str:
+    """One line of `moesim models`."""
+    return (
+        f"{m.name:22s} {m.total_params() / 1e9:8.1f}B total {m.active_params() / 1e9:7.1f}B active "
+        f"{m.attention.kind.value:4s} KV {m.kv_bytes_per_token / 1e3:7.1f} KB/token"
+    )
+
+
+def hardware_line(h) -> str:
+    """One line of `moesim hardware`."""
+    return (
+        f"{h.name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+        f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
+        f"${h.usd_per_gpu_hour:.2f}/GPU-h"
+    )
+
+
 def print_estimate(r) -> None:
     from rich.console import Console
     from rich.table import Table
