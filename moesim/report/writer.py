@@ -27,6 +27,12 @@ def json_text(obj, *, indent: int | None = 2, clean: bool = True) -> str:
     return json.dumps(obj, indent=indent, default=str)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", allowed: str) -> Path:
     """Call ``write(tmp)`` on a temporary path beside ``out`` (same suffix: writers that infer the
     format from it see the target's), then move it onto ``out``."""
@@ -36,6 +42,7 @@ def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", a
         fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
         os.close(fd)
         tmp = Path(name)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would honour the umask
         write(tmp)
         os.replace(tmp, out)
         tmp = None
@@ -50,7 +57,7 @@ def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", a
 
 
 def write_text(text: str, out, *, flag: str = "--out", allowed: str = "file path") -> Path:
-    return atomic_write(out, lambda p: p.write_text(text), flag=flag, allowed=allowed)
+    return atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"), flag=flag, allowed=allowed)
 
 
 def write_json(obj, out, *, clean: bool = True, allowed: str = "file path") -> Path:
