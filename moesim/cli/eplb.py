@@ -7,7 +7,6 @@ JSON object); ``app`` is a typer app with one command ``eplb`` for the main CLI 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import typer
 
 from moesim.balance.eplb import load_from_csv, rebalance_experts, zipf_load
 from moesim.errors import ConfigError, MoesimError
+from moesim.report.eplb import print_eplb
+from moesim.report.writer import json_text
 
 __all__ = ["eplb_command", "app", "eplb", "register"]
 
@@ -45,6 +46,70 @@ def _check_int(name: str, v, lo: int) -> int:
     if not ok:
         raise ConfigError(f"--{name}: {v!r} must be an integer >= {lo}" + (f" and <= {hi:,}" if hi else ""))
     return int(v)
+
+
+def _load_weight(experts, slots, zipf, load, layers, seed):
+    """-> (loads [layers, experts], experts, source text, note or None) from exactly one source."""
+    if load is not None:
+        weight = load_from_csv(load)
+        experts = None if experts is None else _check_int("experts", experts, 1)
+        layers = None if layers is None else _check_int("layers", layers, 1)
+        if weight.shape[0] * slots > MAX_CELLS:
+            raise ConfigError(
+                f"--load x --slots: {weight.shape[0] * slots:,} placement cells; allowed at most {MAX_CELLS:,}"
+            )
+        if experts is not None and int(experts) != weight.shape[1]:
+            raise ConfigError(f"--experts: {experts} does not match {load} ({weight.shape[1]} columns)")
+        if layers is not None and int(layers) != weight.shape[0]:
+            raise ConfigError(f"--layers: {layers} does not match {load} ({weight.shape[0]} rows)")
+        return weight, weight.shape[1], f"csv {load}", None
+    note = None
+    if zipf is None:
+        zipf = DEFAULT_ZIPF
+        note = f"note: no --zipf/--load given; using Zipf s={DEFAULT_ZIPF} expert popularity"
+    if not np.isfinite(zipf) or zipf < 0:
+        raise ConfigError(f"--zipf: {zipf!r} must be a number >= 0")
+    experts = _check_int("experts", DEFAULT_EXPERTS if experts is None else experts, 1)
+    layers = _check_int("layers", DEFAULT_LAYERS if layers is None else layers, 1)
+    if layers * max(experts, slots) > MAX_CELLS:
+        raise ConfigError(
+            f"--layers x --slots: {layers * max(experts, slots):,} placement cells; allowed at most {MAX_CELLS:,}"
+        )
+    return zipf_load(experts, zipf, layers=layers, seed=seed), experts, f"zipf s={zipf:g}, seed {seed}", note
+
+
+def _check_layout(experts, slots, gpus, nodes, groups) -> None:
+    if slots < experts:
+        raise ConfigError(f"--slots: {slots} must be >= --experts ({experts})")
+    if slots % gpus:
+        raise ConfigError(f"--slots: {slots} must be a multiple of --gpus ({gpus})")
+    if gpus % nodes:
+        raise ConfigError(f"--gpus: {gpus} must be a multiple of --nodes ({nodes})")
+    if experts % groups:
+        raise ConfigError(f"--groups: {groups} must divide --experts ({experts})")
+
+
+def _result(res, experts, slots, gpus, nodes, groups, source) -> dict:
+    placement = res.phy2log.reshape(res.num_layers, gpus, res.slots_per_gpu)
+    return {
+        "experts": experts,
+        "slots": slots,
+        "gpus": gpus,
+        "nodes": nodes,
+        "groups": groups,
+        "layers": res.num_layers,
+        "load_source": source,
+        "policy": res.policy,
+        "slots_per_gpu": res.slots_per_gpu,
+        "imbalance_before": res.imbalance_before_mean,
+        "imbalance_after": res.imbalance_after_mean,
+        "imbalance_before_per_layer": res.imbalance_before.tolist(),
+        "imbalance_after_per_layer": res.imbalance_after.tolist(),
+        "naive_kept_layers": np.flatnonzero(res.naive_kept).tolist(),
+        "placement": placement.tolist(),
+        "replica_count": res.replica_count.tolist(),
+        "gpu_load": res.gpu_load.tolist(),
+    }
 
 
 def eplb_command(
@@ -80,95 +145,16 @@ def eplb_command(
     gpus = _check_int("gpus", gpus, 1)
     slots = _check_int("slots", slots, 1)
     seed = _check_int("seed", seed, 0)
-    note = None
-    if load is not None:
-        weight = load_from_csv(load)
-        experts = None if experts is None else _check_int("experts", experts, 1)
-        layers = None if layers is None else _check_int("layers", layers, 1)
-        if weight.shape[0] * slots > MAX_CELLS:
-            raise ConfigError(
-                f"--load x --slots: {weight.shape[0] * slots:,} placement cells; allowed at most {MAX_CELLS:,}"
-            )
-        if experts is not None and int(experts) != weight.shape[1]:
-            raise ConfigError(f"--experts: {experts} does not match {load} ({weight.shape[1]} columns)")
-        if layers is not None and int(layers) != weight.shape[0]:
-            raise ConfigError(f"--layers: {layers} does not match {load} ({weight.shape[0]} rows)")
-        experts = weight.shape[1]
-        source = f"csv {load}"
-    else:
-        if zipf is None:
-            zipf = DEFAULT_ZIPF
-            note = f"note: no --zipf/--load given; using Zipf s={DEFAULT_ZIPF} expert popularity"
-        if not np.isfinite(zipf) or zipf < 0:
-            raise ConfigError(f"--zipf: {zipf!r} must be a number >= 0")
-        experts = _check_int("experts", DEFAULT_EXPERTS if experts is None else experts, 1)
-        layers = _check_int("layers", DEFAULT_LAYERS if layers is None else layers, 1)
-        if layers * max(experts, slots) > MAX_CELLS:
-            raise ConfigError(
-                f"--layers x --slots: {layers * max(experts, slots):,} placement cells; allowed at most {MAX_CELLS:,}"
-            )
-        weight = zipf_load(experts, zipf, layers=layers, seed=seed)
-        source = f"zipf s={zipf:g}, seed {seed}"
-    if slots < experts:
-        raise ConfigError(f"--slots: {slots} must be >= --experts ({experts})")
-    if slots % gpus:
-        raise ConfigError(f"--slots: {slots} must be a multiple of --gpus ({gpus})")
-    if gpus % nodes:
-        raise ConfigError(f"--gpus: {gpus} must be a multiple of --nodes ({nodes})")
-    if experts % groups:
-        raise ConfigError(f"--groups: {groups} must divide --experts ({experts})")
-
+    weight, experts, source, note = _load_weight(experts, slots, zipf, load, layers, seed)
+    _check_layout(experts, slots, gpus, nodes, groups)
     res = rebalance_experts(weight, slots, groups, nodes, gpus)
-    per_gpu = res.slots_per_gpu
-    placement = res.phy2log.reshape(res.num_layers, gpus, per_gpu)
-    out = {
-        "experts": experts,
-        "slots": slots,
-        "gpus": gpus,
-        "nodes": nodes,
-        "groups": groups,
-        "layers": res.num_layers,
-        "load_source": source,
-        "policy": res.policy,
-        "slots_per_gpu": per_gpu,
-        "imbalance_before": res.imbalance_before_mean,
-        "imbalance_after": res.imbalance_after_mean,
-        "imbalance_before_per_layer": res.imbalance_before.tolist(),
-        "imbalance_after_per_layer": res.imbalance_after.tolist(),
-        "naive_kept_layers": np.flatnonzero(res.naive_kept).tolist(),
-        "placement": placement.tolist(),
-        "replica_count": res.replica_count.tolist(),
-        "gpu_load": res.gpu_load.tolist(),
-    }
+    out = _result(res, experts, slots, gpus, nodes, groups, source)
     if note:
         print(note, file=sys.stderr)
     if json_out:
-        echo(json.dumps(out))
-        return out
-
-    share = weight[0] / weight[0].sum() if weight[0].sum() > 0 else np.full(experts, 1.0 / experts)
-    hot = np.argsort(-weight[0], kind="stable")[: min(10, experts)]
-    echo(
-        f"EPLB ({res.policy} policy): {experts} experts -> {slots} slots on {gpus} GPUs "
-        f"({per_gpu} per GPU), {nodes} node(s), {groups} group(s); load: {source}, "
-        f"{res.num_layers} layer(s)"
-    )
-    echo(
-        f"imbalance (max/mean per-GPU load), mean over layers: before {res.imbalance_before_mean:.3f} "
-        f"(naive contiguous, no replicas) -> after {res.imbalance_after_mean:.3f}"
-    )
-    echo(
-        "layer 0 hottest experts (share of load, replicas): "
-        + ", ".join(f"e{e} {share[e] * 100:.1f}% x{res.replica_count[0, e]}" for e in hot)
-    )
-    echo(
-        f"layer 0 placement (GPU: logical experts; load share), imbalance "
-        f"{res.imbalance_before[0]:.3f} -> {res.imbalance_after[0]:.3f}:"
-    )
-    gshare = res.gpu_share()[0]
-    for g in range(gpus):
-        ids = " ".join(str(int(e)) for e in placement[0, g])
-        echo(f"  GPU {g:>4}: {ids}  ({gshare[g] * 100:.2f}%)")
+        echo(json_text(out, indent=None, clean=False))
+    else:
+        print_eplb(out, res, weight, echo)
     return out
 
 

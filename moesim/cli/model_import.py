@@ -9,7 +9,11 @@ from pathlib import Path
 
 import typer
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, SpecError
+from moesim.report.writer import write_text
+from moesim.specs.hf_import import import_hf_config, to_yaml
+from moesim.specs.model import ModelSpec
+from moesim.specs.schema import build
 
 app = typer.Typer(
     help="Model specs: import a Hugging Face config.json.",
@@ -41,20 +45,28 @@ def import_cmd(
     name: str | None = typer.Option(None, "--name", help="spec name (default: the folder or file name)"),
 ) -> None:
     """Convert a Hugging Face config.json into a moesim model spec YAML."""
-    from moesim.specs.hf_import import import_hf_config, to_yaml
-    from moesim.specs.model import ModelSpec
-    from moesim.specs.schema import build
-
     try:
-        result = import_hf_config(config, out=out, name=name)
-        mapping = import_hf_config(config, name=name) if out is not None else result
+        mapping = import_hf_config(config, name=name)
         spec = build(ModelSpec, mapping, file=str(config))
+        if out is not None:
+            _write_spec(mapping, out)
     except MoesimError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if out is None:
         typer.echo("".join(f"# {line}\n" for line in _summary(spec)) + to_yaml(mapping), nl=False)
         return
-    typer.echo(f"wrote {result}")
+    typer.echo(f"wrote {out}")
     for line in _summary(spec):
         typer.echo(line)
+
+
+def _write_spec(mapping: dict, out: Path) -> None:
+    """The spec YAML to ``out`` (.yaml / .yml; missing folders are made)."""
+    if out.suffix not in (".yaml", ".yml"):
+        raise SpecError(f"--out: {str(out)!r} must end in .yaml or .yml")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--out: cannot write {str(out)!r} ({e.__class__.__name__}: {e})") from None
+    write_text(to_yaml(mapping), out, allowed=".yaml path")

@@ -1,24 +1,191 @@
-"""Command-line options describing one deployment configuration, shared by `estimate` and
-`roofline` (one definition: same names, defaults and help)."""
+"""Every shared command-line option, defined once.
+
+Each option is a typer ``Annotated`` alias (flag names and help); a command declares
+``model: O.Model = "deepseek-v3"`` and keeps its own default there. Two spellings exist where the
+value's type differs: the scalar of one configuration (``--tp 8``: `estimate`, `roofline`,
+`timeline`) and the axis of a grid (``--tp 1,2,4``: `sweep`, `pareto`, `disagg`); their help comes
+from the one ``HELP`` table. Option blocks that several commands share in full are template
+functions (``config_block``, ``grid_block``) mounted with ``shared``: typer needs every option in
+the command's signature, so ``shared`` writes the block into it and hands the values to the
+command as one dict."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-PHASE = typer.Option("decode", help="decode | prefill | mixed (needs --isl, --osl)")
-TP = typer.Option(1, help="attention tensor parallel degree")
-DP = typer.Option(None, help="attention data-parallel groups (default: ep x moe_tp / tp)")
-EP = typer.Option(None, help="expert-parallel ranks (default: tp x dp / moe_tp)")
-MOE_TP = typer.Option(1, "--moe-tp", help="tensor parallel inside experts")
-BATCH = typer.Option(None, help="decode: requests per DP group; prefill: tokens per DP group")
-CONTEXT = typer.Option(None, help="decode: mean KV length; prefill: prompt length (tokens)")
-MTP = typer.Option(0, help="draft tokens per step (MTP)")
-ACCEPTANCE = typer.Option(0.8, help="acceptance probability per draft token")
-REDUNDANT = typer.Option(0, "--redundant-experts", help="EPLB redundant expert slots")
-OVERLAP = typer.Option(None, help="serial | ideal | shared | sbo | two-batch | five-stage | auto")
-COST_MODE = typer.Option("calibrated", "--cost-mode", help="roofline | calibrated | measured")
-COMM = typer.Option(None, help="deepep-ll | deepep-normal | nccl | pplx")
-EXPERT_SKEW = typer.Option("auto", "--expert-skew", help="auto | none | uniform | zipf:<s> | load.csv")
-CONTEXT_DIST = typer.Option("fixed", "--context-dist", help="fixed | exp | lognormal:<cv>")
-ISL = typer.Option(None, "--isl", help="phase mixed: input (prompt) tokens per request")
-OSL = typer.Option(None, "--osl", help="phase mixed: output tokens per request")
+AXIS_HELP = "comma list, A:B (doubling from A to B) or A:B:STEP (linear)"
+HELP = {
+    "model": "catalog name, YAML spec or HF config.json",
+    "hardware": "catalog name or YAML spec",
+    "set": "what-if override, e.g. hardware.rdma_bw_GBps=100 (repeatable)",
+    "phase": "decode | prefill | mixed (needs --isl, --osl)",
+    "tp": "attention tensor parallel degree",
+    "dp": "attention data-parallel groups (default: ep x moe_tp / tp)",
+    "ep": "expert-parallel ranks (default: tp x dp / moe_tp)",
+    "moe_tp": "tensor parallel inside experts",
+    "batch": "decode: requests per DP group; prefill: tokens per DP group",
+    "context": "decode: mean KV length; prefill: prompt length (tokens)",
+    "mtp": "draft tokens per step (MTP)",
+    "acceptance": "acceptance probability per draft token",
+    "redundant": "EPLB redundant expert slots",
+    "overlap": "serial | ideal | shared | sbo | two-batch | five-stage | auto",
+    "cost_mode": "roofline | calibrated | measured",
+    "comm": "deepep-ll | deepep-normal | nccl | pplx",
+    "expert_skew": "auto | none | uniform | zipf:<s> | load.csv",
+    "context_dist": "fixed | exp | lognormal:<cv>",
+    "isl": "phase mixed: input (prompt) tokens per request",
+    "osl": "phase mixed: output tokens per request",
+    "max_tpot": "keep rows with TPOT at most this many SECONDS (0.05 = 50 ms)",
+    "max_ttft": "keep rows with TTFT at most this many SECONDS (prefill, mixed)",
+    "min_tpu": "keep rows with at least this many tokens/s per user (decode)",
+}
+
+
+def _axis(help_key: str, extra: str = "") -> str:
+    return f"{HELP[help_key]}{extra}; {AXIS_HELP}"
+
+
+# ---------------------------------------------------------------- specs, what-if, model switches
+Model = Annotated[str | None, typer.Option("--model", "-m", help=HELP["model"])]
+Hardware = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"])]
+Hardwares = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"] + "; comma list")]
+Set = Annotated[list[str] | None, typer.Option("--set", help=HELP["set"])]
+CostMode = Annotated[str | None, typer.Option("--cost-mode", help=HELP["cost_mode"])]
+ExpertSkew = Annotated[str | None, typer.Option("--expert-skew", help=HELP["expert_skew"])]
+ContextDist = Annotated[str | None, typer.Option("--context-dist", help=HELP["context_dist"])]
+Isl = Annotated[float | None, typer.Option("--isl", help=HELP["isl"])]
+Osl = Annotated[float | None, typer.Option("--osl", help=HELP["osl"])]
+MaxTpot = Annotated[float | None, typer.Option("--max-tpot", help=HELP["max_tpot"])]
+MaxTtft = Annotated[float | None, typer.Option("--max-ttft", help=HELP["max_ttft"])]
+MinTpu = Annotated[float | None, typer.Option("--min-tokens-per-s-per-user", help=HELP["min_tpu"])]
+
+# ---------------------------------------------------------------- one configuration (scalars)
+Phase = Annotated[str, typer.Option("--phase", help=HELP["phase"])]
+Tp = Annotated[int, typer.Option("--tp", help=HELP["tp"])]
+Dp = Annotated[int | None, typer.Option("--dp", help=HELP["dp"])]
+Ep = Annotated[int | None, typer.Option("--ep", help=HELP["ep"])]
+MoeTp = Annotated[int, typer.Option("--moe-tp", help=HELP["moe_tp"])]
+Batch = Annotated[float | None, typer.Option("--batch", help=HELP["batch"])]
+Context = Annotated[float | None, typer.Option("--context", help=HELP["context"])]
+Mtp = Annotated[int, typer.Option("--mtp", help=HELP["mtp"])]
+Acceptance = Annotated[float, typer.Option("--acceptance", help=HELP["acceptance"])]
+Redundant = Annotated[int, typer.Option("--redundant-experts", help=HELP["redundant"])]
+Overlap = Annotated[str | None, typer.Option("--overlap", help=HELP["overlap"])]
+Comm = Annotated[str | None, typer.Option("--comm", help=HELP["comm"])]
+
+# ---------------------------------------------------------------- grid axes (strings parsed by the sweep)
+PhaseAxis = Annotated[str | None, typer.Option("--phase", help=HELP["phase"] + "; comma list")]
+TpAxis = Annotated[str | None, typer.Option("--tp", help=_axis("tp"))]
+DpAxis = Annotated[str | None, typer.Option("--dp", help=_axis("dp"))]
+EpAxis = Annotated[str | None, typer.Option("--ep", help=_axis("ep", ", e.g. 8,16,32,64,128,144,256"))]
+MoeTpAxis = Annotated[str | None, typer.Option("--moe-tp", help=_axis("moe_tp"))]
+BatchAxis = Annotated[str | None, typer.Option("--batch", help=_axis("batch", ", e.g. 1:256"))]
+ContextAxis = Annotated[str | None, typer.Option("--context", help=_axis("context"))]
+MtpAxis = Annotated[str | None, typer.Option("--mtp", help=_axis("mtp"))]
+AcceptanceAxis = Annotated[str | None, typer.Option("--acceptance", help=_axis("acceptance"))]
+RedundantAxis = Annotated[str | None, typer.Option("--redundant-experts", "--redundant", help=_axis("redundant"))]
+OverlapAxis = Annotated[str | None, typer.Option("--overlap", help=HELP["overlap"] + " (comma list)")]
+CommAxis = Annotated[str | None, typer.Option("--comm", help=HELP["comm"] + " (comma list)")]
+
+# ---------------------------------------------------------------- output
+Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+JsonRows = Annotated[bool, typer.Option("--json", help="print the rows as JSON")]
+Out = Annotated[Path | None, typer.Option("--out", help="write the result JSON to a file")]
+OutRows = Annotated[Path | None, typer.Option("--out", help="write rows to .csv, .parquet or .json")]
+Figure = Annotated[Path, typer.Option("--out", help="image to write (.png, .svg or .pdf)")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="draw to this image (.png, .svg or .pdf)")]
+
+
+# ---------------------------------------------------------------- shared blocks
+def config_block(
+    model: Model = "deepseek-v3",
+    hardware: Hardware = "h800",
+    phase: Phase = "decode",
+    tp: Tp = 1,
+    dp: Dp = None,
+    ep: Ep = None,
+    moe_tp: MoeTp = 1,
+    batch: Batch = None,
+    context: Context = None,
+    mtp: Mtp = 0,
+    acceptance: Acceptance = 0.8,
+    redundant_experts: Redundant = 0,
+    overlap: Overlap = None,
+    cost_mode: CostMode = "calibrated",
+    comm: Comm = None,
+    expert_skew: ExpertSkew = "auto",
+    context_dist: ContextDist = "fixed",
+    set_: Set = None,
+    isl: Isl = None,
+    osl: Osl = None,
+):
+    """One deployment configuration (`estimate`, `roofline`)."""
+
+
+def grid_block(
+    model: Model = None,
+    hardware: Hardwares = None,
+    set_: Set = None,
+    phase: PhaseAxis = None,
+    tp: TpAxis = None,
+    dp: DpAxis = None,
+    ep: EpAxis = None,
+    moe_tp: MoeTpAxis = None,
+    batch: BatchAxis = None,
+    context: ContextAxis = None,
+    mtp: MtpAxis = None,
+    acceptance: AcceptanceAxis = None,
+    redundant: RedundantAxis = None,
+    overlap: OverlapAxis = None,
+    comm: CommAxis = None,
+    cost_mode: CostMode = None,
+    expert_skew: ExpertSkew = None,
+    context_dist: ContextDist = None,
+    isl: Isl = None,
+    osl: Osl = None,
+    study: Annotated[
+        Path | None,
+        typer.Option("--study", help="study YAML (axes:, model, hardware, phase, filters:); flags override"),
+    ] = None,
+    min_tokens_per_s_per_user: MinTpu = None,
+    max_tpot: MaxTpot = None,
+    max_ttft: MaxTtft = None,
+):
+    """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
+
+
+def estimate_kwargs(cfg: dict) -> dict:
+    """config_block values -> keyword arguments of `estimate` (``--set`` is its ``set``)."""
+    return {("set" if k == "set_" else k): v for k, v in cfg.items()}
+
+
+def shared(name: str, block: Callable) -> Callable:
+    """Decorator: add ``block``'s options to a command; the command receives them as the dict
+    argument ``name`` (its own options stay as they are)."""
+    block_params = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(block, eval_str=True).parameters.values()
+    ]
+    names = [p.name for p in block_params]
+
+    def mount(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for n, p in sig.parameters.items() if n != name]
+
+        @functools.wraps(fn)
+        def command(**kw):
+            bundle = {n: kw.pop(n) for n in names}
+            return fn(**kw, **{name: bundle})
+
+        params = block_params + own
+        command.__signature__ = sig.replace(parameters=params)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return mount

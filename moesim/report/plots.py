@@ -1,6 +1,9 @@
-"""matplotlib figures (imported only by the commands that draw)."""
+"""matplotlib figures (imported only by the commands that draw). Each is saved through the one
+writer (`moesim.report.writer.write_figure`: format by extension, atomic)."""
 
 from __future__ import annotations
+
+from moesim.report.writer import write_figure
 
 
 def _plt():
@@ -43,8 +46,7 @@ def plot_timeline(tl: dict, out) -> None:
     ax.set_xlabel("time (µs)")
     ax.set_title(tl["title"], fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
+    write_figure(fig, out, dpi=130)
 
 
 def plot_parity(checks, out) -> None:
@@ -81,5 +83,58 @@ def plot_parity(checks, out) -> None:
     ax.legend(fontsize=8)
     ax.set_title("moesim validate: parity")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    write_figure(fig, out, dpi=120)
+
+
+def plot_frontiers(df, front, x, y, keys, out, flag: str = "--plot") -> None:
+    """Pareto frontiers (lines) over the feasible configurations (faint points), one colour per group."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    feas = df[df["valid"] & df["fits"]]
+    if keys:
+        groups = list(front.groupby(keys, sort=True))
+        allg = dict(list(feas.groupby(keys, sort=True)))
+    else:
+        groups, allg = [(None, front)], {None: feas}
+    for g, f in groups:
+        label = None if g is None else ", ".join(f"{k}={v}" for k, v in zip(keys, g if isinstance(g, tuple) else (g,)))
+        pts = allg.get(g)
+        (line,) = ax.plot(f[x], f[y], marker="o", ms=4, label=label)
+        if pts is not None and len(pts):
+            ax.scatter(pts[x], pts[y], s=6, alpha=0.25, color=line.get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(y.replace("_", " "))
+    ax.grid(True, which="both", alpha=0.3)
+    if keys:
+        ax.legend(fontsize=8)
+    ax.set_title("Pareto frontiers (maximize both)")
+    fig.tight_layout()
+    write_figure(fig, out, dpi=120, flag=flag)
+
+
+def plot_plan(r, out, flag: str = "--plot") -> None:
+    """Nodes per hour (prefill + decode, stacked; dashed: the unrounded need) and cost per hour."""
+    import numpy as np
+
+    plt = _plt()
+    h = r.hourly
+    x = np.asarray(h["hour"])
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    a1.bar(x, h["prefill_nodes"], label="prefill nodes", color="#4c72b0")
+    a1.bar(x, h["decode_nodes"], bottom=h["prefill_nodes"], label="decode nodes", color="#dd8452")
+    a1.plot(
+        x,
+        np.asarray(h["prefill_nodes_fractional"]) + np.asarray(h["decode_nodes_fractional"]),
+        "k--",
+        label="unrounded need",
+    )
+    a1.axhline(r.totals["average_nodes"], color="grey", lw=1, label=f"average {r.totals['average_nodes']:.1f}")
+    a1.set_ylabel("nodes")
+    a1.legend(loc="upper left", fontsize=8)
+    a1.set_title(f"{r.model} on {r.hardware}: nodes per hour ({r.cost_mode})")
+    a2.bar(x, h["cost_usd"], color="#55a868")
+    a2.set_ylabel("cost per hour ($)")
+    a2.set_xlabel("hour")
+    fig.tight_layout()
+    write_figure(fig, out, dpi=120, flag=flag)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from moesim.report.writer import write_figure
+
 BOUND_COLORS = {"compute": "#C44E52", "memory": "#4C72B0", "latency": "#8172B2", "network": "#55A868"}
 CAL_MARKERS = ("s", "D", "^", "v", "P", "X", "<", ">")
 
@@ -52,17 +54,49 @@ def plot_roofline(
     peak_vals = [v for v in peaks.values() if _pos(v)]
     if not peak_vals or not _pos(hbm_Bps):
         raise ValueError("plot_roofline: needs at least one positive peak and a positive hbm_Bps")
+    (x_lo, x_hi), (y_lo, y_hi) = _limits(pts, cal, peak_vals, hbm_Bps)
 
+    fig, ax = plt.subplots(figsize=(9.5, 6.2))
+    n = 256
+    grid = [x_lo * (x_hi / x_lo) ** (i / (n - 1)) for i in range(n)]
+    _draw_roofs(ax, grid, peaks, hbm_Bps)
+    _draw_ceilings(ax, grid, ceil, x_lo)
+    _draw_calibration(ax, cal)
+    _draw_ops(ax, pts)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of memory traffic)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="minor", alpha=0.08)
+    ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    _slope_label(ax, x_lo * 1.6, hbm_Bps, f"HBM {hbm_Bps / 1e12:.2f} TB/s")
+    for c in ceil:
+        if _pos(c.get("bytes_per_s")) and not _pos(c.get("flops_per_s")):
+            _slope_label(ax, x_lo * 1.6, c["bytes_per_s"], c["label"], color="dimgrey", below=True, fontsize=7)
+    if label_points:
+        _label(fig, ax, pts, avoid=cal)
+    write_figure(fig, out, dpi=130)
+
+
+def _limits(pts, cal, peak_vals, hbm_Bps):
+    """((x_lo, x_hi), (y_lo, y_hi)): decades around every point and ridge, room above the peaks."""
     xs = [p["intensity"] for p in pts] + [c["intensity"] for c in cal] + [v / hbm_Bps for v in peak_vals]
     ys = [p["flops_per_s"] for p in pts] + [c["flops_per_s"] for c in cal] + peak_vals
     x_lo = 10 ** math.floor(math.log10(min(xs) / 2))
     x_hi = 10 ** math.ceil(math.log10(max(xs) * 2))
     y_hi = max(ys) * 2.5
     y_lo = min(min(ys) / 3, hbm_Bps * x_lo)
+    return (x_lo, x_hi), (y_lo, y_hi)
 
-    fig, ax = plt.subplots(figsize=(9.5, 6.2))
-    n = 256
-    grid = [x_lo * (x_hi / x_lo) ** (i / (n - 1)) for i in range(n)]
+
+def _draw_roofs(ax, grid, peaks, hbm_Bps) -> None:
+    """One roof per peak: min(peak, HBM bandwidth x intensity), highest peak first."""
     styles = ("-", "--", "-.", ":")
     for i, (label, peak) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
         if not _pos(peak):
@@ -77,6 +111,9 @@ def plot_roofline(
             label=f"{label} peak {peak / 1e12:,.0f} TFLOP/s (ridge {peak / hbm_Bps:,.0f} FLOP/B)",
         )
 
+
+def _draw_ceilings(ax, grid, ceil, x_lo) -> None:
+    """Measured best cases without a shape: dotted FLOP/s lines or dotted bandwidth slopes."""
     for c in ceil:
         if _pos(c.get("flops_per_s")):
             ax.axhline(c["flops_per_s"], color="grey", ls=":", lw=1.0)
@@ -87,6 +124,9 @@ def plot_roofline(
             bw = c["bytes_per_s"]
             ax.plot(grid, [bw * x for x in grid], color="grey", ls=":", lw=1.0)
 
+
+def _draw_calibration(ax, cal) -> None:
+    """Hollow markers, one style per kernel family (in order of first appearance)."""
     fams = []
     for c in cal:
         if c.get("kernel") not in fams:
@@ -106,6 +146,9 @@ def plot_roofline(
             zorder=3,
         )
 
+
+def _draw_ops(ax, pts) -> None:
+    """Filled markers coloured by bound; one legend entry per bound."""
     seen_bounds = set()
     for p in pts:
         b = str(p.get("bound") or "")
@@ -117,26 +160,6 @@ def plot_roofline(
         ax.scatter(
             [p["intensity"]], [p["flops_per_s"]], s=46, color=color, edgecolors="black", lw=0.6, zorder=4, label=lab
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of memory traffic)")
-    ax.set_ylabel("achieved FLOP/s")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.grid(True, which="minor", alpha=0.08)
-    ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    _slope_label(ax, x_lo * 1.6, hbm_Bps, f"HBM {hbm_Bps / 1e12:.2f} TB/s")
-    for c in ceil:
-        if _pos(c.get("bytes_per_s")) and not _pos(c.get("flops_per_s")):
-            _slope_label(ax, x_lo * 1.6, c["bytes_per_s"], c["label"], color="dimgrey", below=True, fontsize=7)
-    if label_points:
-        _label(fig, ax, pts, avoid=cal)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
 
 
 def _label(fig, ax, pts, avoid=(), fontsize: float = 7.0) -> None:

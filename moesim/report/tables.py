@@ -5,32 +5,52 @@ from __future__ import annotations
 from moesim import units as U
 
 
-def print_estimate(r) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def model_line(m) -> str:
+    """One line of `moesim models`."""
+    return (
+        f"{m.name:22s} {m.total_params() / 1e9:8.1f}B total {m.active_params() / 1e9:7.1f}B active "
+        f"{m.attention.kind.value:4s} KV {m.kv_bytes_per_token / 1e3:7.1f} KB/token"
+    )
 
-    c = Console()
-    cfg, v = r.config, r.values
-    title = (
+
+def hardware_line(h) -> str:
+    """One line of `moesim hardware`."""
+    return (
+        f"{h.name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+        f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
+        f"${h.usd_per_gpu_hour:.2f}/GPU-h"
+    )
+
+
+OP_COLUMNS = [
+    ("op", "left"),
+    ("stage", "right"),
+    ("per call", "right"),
+    ("calls/step", "right"),
+    ("per step", "right"),
+    ("share", "right"),
+    ("bound", "left"),
+    ("provenance", "left"),
+]
+
+
+def _estimate_title(r) -> str:
+    cfg = r.config
+    return (
         f"{r.model.name} on {r.hardware.name} · {cfg['phase']} · TP{cfg['tp']} DP{cfg['dp']} EP{cfg['ep']}"
         f"{' MoE-TP' + str(cfg['moe_tp']) if cfg['moe_tp'] > 1 else ''} · {cfg['gpus']} GPUs · batch "
         f"{cfg['batch']:g} {'requests' if cfg['phase'] != 'prefill' else 'tokens'}/DP group · context "
         f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · {cfg['comm']}"
     )
-    t = Table(title=title, title_justify="left")
-    wide = c.width >= 100  # narrow terminals: drop stage and provenance (in --json), never wrap cells
-    cols = [
-        ("op", "left"),
-        ("stage", "right"),
-        ("per call", "right"),
-        ("calls/step", "right"),
-        ("per step", "right"),
-        ("share", "right"),
-        ("bound", "left"),
-        ("provenance", "left"),
-    ]
-    if not wide:
-        cols = [x for x in cols if x[0] not in ("stage", "provenance")]
+
+
+def _ops_table(r, wide: bool):
+    """One row per op, slowest first; narrow terminals drop stage and provenance (in --json),
+    never wrap cells."""
+    from rich.table import Table
+
+    t = Table(title=_estimate_title(r), title_justify="left")
+    cols = OP_COLUMNS if wide else [x for x in OP_COLUMNS if x[0] not in ("stage", "provenance")]
     for col, j in cols:
         t.add_column(col, justify=j, no_wrap=True)
     for o in sorted(r.ops, key=lambda o: -o["time_s"]):
@@ -45,7 +65,11 @@ def print_estimate(r) -> None:
             "provenance": o["provenance"],
         }
         t.add_row(*[row[col] for col, _ in cols])
-    c.print(t)
+    return t
+
+
+def _step_lines(r) -> list[str]:
+    cfg, v = r.config, r.values
     f = lambda k: float(v[k][0])  # noqa: E731
     lines = [
         f"step time        {U.fmt_time(f('step_time_s'))}   (MoE layer {U.fmt_time(f('moe_layer_time_s'))}, "
@@ -60,32 +84,42 @@ def print_estimate(r) -> None:
         f"tokens/s/GPU     {f('tokens_per_s_per_gpu'):,.0f}     tokens/s/node {f('tokens_per_s_per_node'):,.0f}",
         f"MFU              {f('mfu') * 100:.1f}%      bottleneck: {v['bottleneck'][0]}",
     ]
+    return lines
+
+
+def _memory_lines(r) -> list[str]:
     m = r.memory
     wb = m["weights_breakdown_bytes"]
-    lines.append(
+    return [
         f"memory/GPU       {U.fmt_bytes(m['total_bytes'])} of {U.fmt_bytes(m['capacity_bytes'])} -> "
-        f"{'fits' if m['fits'] else 'DOES NOT FIT'}; max batch {int(f('max_batch'))}"
-    )
-    lines.append(
+        f"{'fits' if m['fits'] else 'DOES NOT FIT'}; max batch {int(float(r.values['max_batch'][0]))}",
         "  weights "
         + U.fmt_bytes(m["weights_bytes"])
         + " ("
         + ", ".join(f"{k.replace('_', ' ')} {U.fmt_bytes(x)}" for k, x in wb.items() if x)
-        + ")"
-    )
-    lines.append(
+        + ")",
         f"  KV cache {U.fmt_bytes(m['kv_cache_bytes'])}, activations {U.fmt_bytes(m['activation_bytes'])}, "
-        f"comm buffers {U.fmt_bytes(m['comm_buffer_bytes'])}, reserve {U.fmt_bytes(m['reserve_bytes'])}"
-    )
-    lines.append(
+        f"comm buffers {U.fmt_bytes(m['comm_buffer_bytes'])}, reserve {U.fmt_bytes(m['reserve_bytes'])}",
+    ]
+
+
+def _model_lines(r) -> list[str]:
+    lines = [
         f"model            {r.model.total_params() / 1e9:.1f}B params, {r.model.active_params() / 1e9:.1f}B "
         f"active, KV {r.model.kv_bytes_per_token:,.0f} B/token"
-    )
+    ]
+    v = r.values
     by = {k[len("step_time_s[") : -1]: float(x[0]) for k, x in v.items() if k.startswith("step_time_s[")}
     if len(by) > 1:
         lines.append(
             "by overlap       " + ", ".join(f"{k} {U.fmt_time(x)}" for k, x in sorted(by.items(), key=lambda kv: kv[1]))
         )
-    for n in r.notes:
-        lines.append(f"note: {n}")
-    c.print("\n".join(lines), highlight=False)
+    return lines + [f"note: {n}" for n in r.notes]
+
+
+def print_estimate(r) -> None:
+    from rich.console import Console
+
+    c = Console()
+    c.print(_ops_table(r, wide=c.width >= 100))
+    c.print("\n".join(_step_lines(r) + _memory_lines(r) + _model_lines(r)), highlight=False)

@@ -97,3 +97,67 @@ def test_not_fitting_is_reported():
 def test_catalog_lists():
     assert "deepseek-v3" in run_cli("models", check=True).stdout
     assert "h800" in run_cli("hardware", check=True).stdout
+
+
+# ------------------------------------------------------------------ the one --out writer
+def test_writer_is_atomic_and_keeps_the_old_file_on_failure(tmp_path):
+    from moesim.errors import ConfigError
+    from moesim.report.writer import atomic_write, write_json
+
+    out = tmp_path / "r.json"
+    write_json({"a": 1}, out)
+    assert json.loads(out.read_text()) == {"a": 1} and out.read_text().endswith("\n")
+
+    def boom(p):
+        p.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ConfigError, match=r"--out: cannot write .*No space left.*allowed: a writable file path"):
+        atomic_write(out, boom, allowed="file path")
+    assert json.loads(out.read_text()) == {"a": 1}  # the target is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary left behind
+
+
+def test_writer_json_cleans_numpy_and_nonfinite():
+    np = pytest.importorskip("numpy")
+    from moesim.report.writer import json_text
+
+    assert json.loads(json_text({"x": np.float64(1.5), "v": np.arange(2), "n": float("nan")})) == {
+        "x": 1.5,
+        "v": [0, 1],
+        "n": None,
+    }
+    assert "NaN" in json_text({"n": float("nan")}, clean=False)  # validate/disagg keep their historical text
+
+
+def test_writer_frame_extensions(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from moesim.errors import ConfigError
+    from moesim.report.writer import write_frame
+
+    df = pd.DataFrame({"a": [1, 2]})
+    write_frame(df, tmp_path / "x.csv")
+    assert (tmp_path / "x.csv").read_text() == "a\n1\n2\n"
+    write_frame(df, tmp_path / "x.json")
+    assert json.loads((tmp_path / "x.json").read_text()) == [{"a": 1}, {"a": 2}]
+    with pytest.raises(ConfigError, match="unknown extension"):
+        write_frame(df, tmp_path / "x.xlsx")
+
+
+def test_shared_options_reach_the_command():
+    """A block mounted with options.shared appears in the command's signature and arrives as a dict."""
+    import inspect
+
+    from moesim.cli import options as O
+
+    seen = {}
+
+    @O.shared("cfg", O.config_block)
+    def cmd(cfg: dict, extra: int = 3):
+        seen.update(cfg, extra=extra)
+
+    params = inspect.signature(cmd).parameters
+    assert {"model", "tp", "set_", "extra"} <= set(params) and "cfg" not in params
+    cmd(**{n: p.default for n, p in params.items()})
+    assert seen["model"] == "deepseek-v3" and seen["tp"] == 1 and seen["extra"] == 3
+    assert O.estimate_kwargs({"set_": ["a=1"], "tp": 2}) == {"set": ["a=1"], "tp": 2}

@@ -1,0 +1,122 @@
+"""Sweep / pareto tables (rich): the rows of a grid, best first, constant columns in the title."""
+
+from __future__ import annotations
+
+import math
+
+COLS = [
+    ("hardware", "hw", None),
+    ("phase", "phase", None),
+    ("tp", "TP", "d"),
+    ("dp", "DP", "d"),
+    ("ep", "EP", "d"),
+    ("batch", "batch", "g"),
+    ("context", "ctx", "g"),
+    ("mtp", "mtp", "d"),
+    ("overlap", "overlap", None),
+    ("step_time_s", "step ms", "ms"),
+    ("tpot_s", "TPOT ms", "ms"),
+    ("ttft_s", "TTFT ms", "ms"),
+    ("tokens_per_s_per_user", "tok/s/user", ",.1f"),
+    ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
+    ("tokens_per_s_per_node", "tok/s/node", ",.0f"),
+    ("bottleneck", "bound", None),
+    ("fits", "fits", None),
+    ("reason", "reason", None),
+]
+# columns moved to the title when one value fills them (latencies only when all missing)
+FOLDABLE = (
+    "hardware",
+    "phase",
+    "context",
+    "mtp",
+    "overlap",
+    "ttft_s",
+    "tpot_s",
+    "tokens_per_s_per_user",
+    "fits",
+    "reason",
+)
+LATENCIES = ("ttft_s", "tpot_s", "tokens_per_s_per_user")
+TITLED = ("hardware", "phase", "context", "mtp", "overlap")
+
+
+def fmt_cell(v, f):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if f is None:
+        return str(v)
+    if f == "ms":
+        return f"{v * 1e3:,.2f}"
+    if f == "d":
+        return str(int(v)) if float(v).is_integer() else f"{v:g}"
+    return format(v, f)
+
+
+def console():
+    """A rich console; 220 columns wide when not a terminal (pipes, tests)."""
+    from rich.console import Console
+
+    c = Console()
+    if not c.is_terminal:
+        c = Console(width=220)
+    return c
+
+
+def rank(df, by="tokens_per_s_per_gpu"):
+    """Valid, fitting rows first, each part best `by` first."""
+    ok = (df["valid"] & df["fits"]).astype(int)
+    return (
+        df.assign(_ok=ok)
+        .sort_values(["_ok", by], ascending=[False, False], na_position="last", kind="stable")
+        .drop(columns="_ok")
+    )
+
+
+def _fold_constants(df, cols):
+    """(columns left, 'name value' of the constant ones named in the title)."""
+    const = []
+    for name in FOLDABLE:
+        if name in df.columns and len(df) and df[name].nunique(dropna=False) <= 1:
+            if name in LATENCIES and not df[name].isna().all():
+                continue
+            cols = [c for c in cols if c[0] != name]
+            v = df[name].iloc[0]
+            if name in TITLED and v == v and v is not None:
+                const.append(f"{name} {fmt_cell(v, 'g' if name == 'context' else None)}")
+    return cols, const
+
+
+def print_table(df, title, top=None):
+    from rich.table import Table
+
+    cols, const = _fold_constants(df, [c for c in COLS if c[0] in df.columns])
+    if const:
+        title += " · " + ", ".join(const)
+    t = Table(title=title, title_justify="left")
+    for _, head, f in cols:
+        t.add_column(head, justify="left" if f is None else "right")
+    shown = df if top is None else df.head(top)
+    for row in shown[[c[0] for c in cols]].itertuples(index=False):
+        t.add_row(*[fmt_cell(v, c[2]) for v, c in zip(row, cols)])
+    console().print(t)
+
+
+def summary(df) -> str:
+    """'N configurations (V valid, F fit) in T s; batch: unit' and the sweep's notes."""
+    import numpy as np
+
+    n = len(df)
+    valid = int(np.sum(df["valid"])) if n else 0
+    fits = int(np.sum(df["valid"] & df["fits"])) if n else 0
+    el = df.attrs.get("elapsed_s", float("nan"))
+    ev = df.attrs.get("evaluated")
+    shown = f"{n:,} configurations ({valid:,} valid, {fits:,} fit)"
+    if ev and ev["configurations"] != n:
+        shown = (
+            f"{ev['configurations']:,} configurations evaluated ({ev['valid']:,} valid, {ev['fit']:,} fit), "
+            f"{n:,} pass the filters"
+        )
+    lines = [f"{shown} in {el:.2f} s; batch: {df.attrs.get('units', {}).get('batch', '')}"]
+    lines += [f"note: {x}" for x in df.attrs.get("notes", [])]
+    return "\n".join(lines)

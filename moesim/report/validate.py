@@ -1,0 +1,72 @@
+"""`moesim validate` report: the predictions-vs-published table (terminal) and the markdown report
+with its parity plot (`--out`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from moesim.report.writer import write_text
+
+COLUMNS = ("case", "class", "metric", "predicted", "published", "error", "tolerance", "result")
+
+
+def fmt_value(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _err(c) -> str:
+    return "" if math.isnan(c.rel_error) else f"{c.rel_error * 100:+.1f}%"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:.1f}%"
+
+
+def print_validate(checks, summ) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="moesim validate — predictions vs published", title_justify="left")
+    for col in COLUMNS:
+        t.add_column(col)
+    for c in checks:
+        result = "[green]pass[/]" if c.passed else f"[red]FAIL[/] {c.note}"
+        t.add_row(c.case, c.cls, c.metric, fmt_value(c.predicted), fmt_value(c.expected), _err(c), c.tolerance, result)
+    con = Console(width=160)
+    con.print(t)
+    for cls, s in summ.items():
+        med, mx = _pct(s["median_abs_error"]), _pct(s["max_abs_error"])
+        con.print(f"{cls:10s} {s['passed']}/{s['checks']} pass   median |error| {med}   max |error| {mx}")
+    n_fail = sum(not c.passed for c in checks)
+    con.print(f"summary: {len(checks) - n_fail}/{len(checks)} checks within tolerance")
+
+
+def write_report(checks, summ, out: Path) -> None:
+    """Markdown table of every check and per-class summary, and the parity plot beside it (.png)."""
+    from moesim.report.plots import plot_parity
+
+    png = out.with_suffix(".png")
+    plot_parity(checks, png)
+    lines = [
+        "# moesim validation report",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        lines.append(
+            f"| {c.case} | {c.cls} | {c.metric} | {fmt_value(c.predicted)} | {fmt_value(c.expected)} | {_err(c)} | "
+            f"{c.tolerance} | {'pass' if c.passed else 'FAIL'} |"
+        )
+    lines += ["", "| class | checks | passed | median abs error | max abs error |", "|---|---|---|---|---|"]
+    for cls, s in summ.items():
+        lines.append(
+            f"| {cls} | {s['checks']} | {s['passed']} | {_pct(s['median_abs_error'])} | {_pct(s['max_abs_error'])} |"
+        )
+    lines += ["", f"![parity plot]({png.name})", ""]
+    write_text("\n".join(lines), out, allowed=".md path")

@@ -1,0 +1,120 @@
+"""The one `--out` writer: JSON text, data frames (.csv / .parquet / .json), text reports and
+matplotlib figures. Every write is atomic: a temporary file in the target's folder, then
+``os.replace`` onto the target, so a failed or interrupted command never leaves half a file.
+An OSError becomes one ConfigError line naming the flag and what is allowed."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from moesim.errors import ConfigError
+from moesim.units import jsonable
+
+FRAME_SUFFIXES = (".csv", ".parquet", ".json")
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def json_text(obj, *, indent: int | None = 2, clean: bool = True) -> str:
+    """JSON of a result. clean: numpy -> Python and non-finite -> null (`moesim.units.jsonable`),
+    strict JSON. clean=False keeps the historical text of the commands whose output may carry NaN
+    (validate's missing errors, disagg, roofline, timeline, eplb): NaN stays NaN, unknown -> str."""
+    if clean:
+        return json.dumps(jsonable(obj), indent=indent, allow_nan=False, default=str)
+    return json.dumps(obj, indent=indent, default=str)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", allowed: str) -> Path:
+    """Call ``write(tmp)`` on a temporary path beside ``out`` (same suffix: writers that infer the
+    format from it see the target's), then move it onto ``out``."""
+    out = Path(out)
+    tmp = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
+        os.close(fd)
+        tmp = Path(name)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would honour the umask
+        write(tmp)
+        os.replace(tmp, out)
+        tmp = None
+    except OSError as e:
+        raise ConfigError(
+            f"{flag}: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable {allowed}"
+        ) from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
+def write_text(text: str, out, *, flag: str = "--out", allowed: str = "file path") -> Path:
+    return atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"), flag=flag, allowed=allowed)
+
+
+def write_json(obj, out, *, clean: bool = True, allowed: str = "file path") -> Path:
+    """One JSON object (indent 2, trailing newline) to ``out``."""
+    return write_text(json_text(obj, clean=clean) + "\n", out, allowed=allowed)
+
+
+def frame_json_text(df) -> str:
+    """A frame's rows as JSON records (what `--json` prints and `--out x.json` writes)."""
+    return df.to_json(orient="records", indent=1)
+
+
+def _check_parquet_engine() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        try:
+            import fastparquet  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "--out: .parquet needs pyarrow (pip install pyarrow); allowed without it: .csv, .json"
+            ) from None
+
+
+def write_frame(df, out, *, suffixes=FRAME_SUFFIXES, allowed: str | None = None) -> Path:
+    """A data frame by extension: .csv (no index), .parquet (no index), .json (records)."""
+    out = Path(out)
+    suf = out.suffix.lower()
+    if suf not in suffixes:
+        raise ConfigError(f"--out: unknown extension {out.suffix!r}; allowed: {', '.join(suffixes)}")
+    if suf == ".parquet":
+        _check_parquet_engine()
+    writers = {
+        ".csv": lambda p: df.to_csv(p, index=False),
+        ".json": lambda p: df.to_json(p, orient="records", indent=1),
+        ".parquet": lambda p: df.to_parquet(p, index=False),
+    }
+    return atomic_write(out, writers[suf], allowed=allowed or f"{', '.join(suffixes)} path")
+
+
+def check_figure_suffix(out, flag: str = "--out") -> None:
+    if Path(out).suffix.lower() not in FIGURE_SUFFIXES:
+        raise ConfigError(f"{flag}: {Path(out).name!r} must end in .png, .svg or .pdf")
+
+
+def write_figure(fig, out, *, dpi: int, flag: str = "--out") -> Path:
+    """Save a matplotlib figure (format by extension) and close it."""
+
+    def save(p):
+        try:
+            fig.savefig(p, dpi=dpi)
+        except ValueError as e:  # an extension matplotlib cannot write
+            raise OSError(str(e)) from None
+
+    try:
+        return atomic_write(out, save, flag=flag, allowed=".png, .svg or .pdf path")
+    finally:
+        import matplotlib.pyplot as plt  # lazy: only commands that draw load matplotlib
+
+        plt.close(fig)
