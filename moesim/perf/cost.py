@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.enums import Bound, CostMode, OpKind, Provenance, Stream
+from moesim.enums import Bound, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
@@ -87,7 +87,7 @@ class CostModel:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
             kshape = op.shape
-            if op.kind == OpKind.GROUPED_GEMM and kshape.get("routed"):
+            if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags:
                 # routed token counts per expert are random: each group's last M tile is partly empty
                 # but computed whole (the efficiencies were fitted on tile-aligned shapes)
                 pad = E.routed_tile_padding(kshape["m"])

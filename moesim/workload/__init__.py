@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +30,6 @@ class Workload:
     mtp_count: np.ndarray = field(default=0.0)
     micro_batches: int = 1
     mtp_extra: list = field(default_factory=list)  # MTP ops outside its transformer block
-
-    def all_ops(self):
-        return self.moe_layer + self.dense_layer + self.step + self.mtp
 
 
 def tokens(grid: Grid, phase: Phase, micro_batches: int = 1):
@@ -139,6 +137,4 @@ def build(
 
 
 def _renamed(op: OpWork, prefix: str) -> OpWork:
-    import dataclasses
-
-    return dataclasses.replace(op, name=prefix + op.name)
+    return dataclasses.replace(op, name=prefix + op.name)  # tags stay: an MTP copy is the same op
