@@ -36,6 +36,7 @@ class OpCost:
     bytes: np.ndarray
     sm_share: float = 0.0
     kind: OpKind = OpKind.GEMM
+    tags: frozenset = frozenset()  # the op's moesim.enums.Tag set (schedule and imbalance read it)
 
     def bound_name(self, i: int = 0) -> str:
         return BOUND_CODES[int(np.atleast_1d(self.bound)[i])].value
@@ -197,7 +198,9 @@ class CostModel:
         )
 
     def cost(self, op: OpWork) -> OpCost:
-        return self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+        c = self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+        c.tags = op.tags
+        return c
 
     def costs(self, ops: list[OpWork]) -> list[OpCost]:
         return [self.cost(o) for o in ops]
