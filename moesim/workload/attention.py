@@ -11,7 +11,7 @@ import numpy as np
 
 from moesim.enums import OpKind, Tag
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.workload.ops import OpWork, allreduce, elementwise, gemm, matmul_work
+from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, matmul_work
 
 CORE_TAGS = frozenset({Tag.CORE})
 
@@ -124,7 +124,7 @@ def _o_proj_quant(t, width, a_bytes, block):
     write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit."""
     if a_bytes >= 2:
         return []
-    return [elementwise("o_proj_quant", t * width * (2.0 + a_bytes + (4.0 / block if block else 0.0)), stage=2)]
+    return [elementwise("o_proj_quant", t * width * (2.0 + act_elem_bytes(a_bytes, block)), stage=2)]
 
 
 def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> list[OpWork]:

@@ -44,6 +44,16 @@ def scale_bytes(dtype_bytes: float, block: int, elements_per_scale: float) -> fl
     return 4.0 / elements_per_scale if (dtype_bytes < 2 and block) else 0.0
 
 
+def weight_elem_bytes(w_bytes: float, block: int) -> float:
+    """Bytes per weight incl. its share of the fp32 scale of its block x block weight block."""
+    return w_bytes + scale_bytes(w_bytes, block, float(block) * block)
+
+
+def act_elem_bytes(a_bytes: float, block: int) -> float:
+    """Bytes per activation incl. its share of the fp32 scale of its 1 x block tile."""
+    return a_bytes + scale_bytes(a_bytes, block, float(block))
+
+
 def matmul_work(rows, n, k, *, weights=1.0, w_bytes: float, a_bytes: float, out_bytes: float = 2.0, block: int = 128):
     """(flops, weight_bytes, input_act_bytes, output_bytes) of `rows` rows through [k, n] weights.
 
@@ -56,8 +66,8 @@ def matmul_work(rows, n, k, *, weights=1.0, w_bytes: float, a_bytes: float, out_
     rows = np.asarray(rows, float)
     n = np.asarray(n, float)
     k = np.asarray(k, float)
-    w_elem = w_bytes + scale_bytes(w_bytes, block, float(block) * block if block else 1.0)
-    a_elem = a_bytes + scale_bytes(a_bytes, block, float(block) if block else 1.0)
+    w_elem = weight_elem_bytes(w_bytes, block)
+    a_elem = act_elem_bytes(a_bytes, block)
     flops = 2.0 * rows * n * k
     b_weight = np.asarray(weights, float) * n * k * w_elem
     return flops, b_weight, rows * k * a_elem, rows * n * out_bytes
