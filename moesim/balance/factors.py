@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.enums import Phase
+from moesim.enums import Phase, Tag
 from moesim.grid.core import Grid
 
 
@@ -58,3 +58,14 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
                 f"(context_dist={context_dist}): applied to the attention core"
             )
     return out, notes
+
+
+def op_factor(tags, factors: dict):
+    """The imbalance factor an op's time takes, read from its tags (moesim.enums.Tag): the slowest
+    EP rank's routed load for routed-expert compute and the all-to-alls ("experts"), the slowest DP
+    rank's KV for the attention core ("attention"), else 1."""
+    if Tag.ROUTED in tags or Tag.A2A in tags:
+        return factors.get("experts", 1.0)
+    if Tag.CORE in tags:
+        return factors.get("attention", 1.0)
+    return 1.0
