@@ -1,5 +1,5 @@
 """Sweep speed: decode configurations/s of the full decode model on one core through
-`moesim.api.evaluate_grid` (the sweep's path, in the sweep's chunks), for cost_mode roofline and
+`moesim.engine.pricing.evaluate_grid` (the sweep's path, in the sweep's chunks), for cost_mode roofline and
 calibrated, plus the wall time of `moesim sweep` over the default DeepSeek-V3 space (subprocess,
 CLI start-up included). Targets (issue 5): >= 1,000,000 configs/s and < 2 s.
 
@@ -60,7 +60,7 @@ def decode_grid(n_target: int):
 
 
 def run_engine(model, hw, grid, cost_mode, chunk, overlap=None):
-    from moesim.api import evaluate_grid
+    from moesim.engine.pricing import evaluate_grid
 
     t0 = time.perf_counter()
     for s in range(0, grid.size, chunk):
@@ -77,7 +77,7 @@ def main():
     a = ap.parse_args()
 
     from moesim.analyses.sweep import tune_malloc
-    from moesim.api import resolve_specs
+    from moesim.engine.pricing import resolve_specs
     from moesim.grid.core import Grid
     from moesim.grid.validity import check_grid
 
@@ -99,7 +99,7 @@ def main():
         for _ in range(5):
             run_engine(m, h, one, cm, 1)
         print(f"  fixed cost of one evaluate_grid call ({cm}): {(time.perf_counter() - t0) / 5 * 1e3:.1f} ms")
-    from moesim.api import _dedupe
+    from moesim.engine.pricing import _dedupe
 
     distinct = sum(
         len(d[0]) if (d := _dedupe(g.take(slice(s, s + a.chunk)))) else min(a.chunk, g.size - s)

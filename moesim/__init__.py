@@ -4,22 +4,16 @@ __version__ = "0.1.0"
 
 from moesim.specs import load_hardware, load_model  # noqa: E402  (light: numpy + yaml only)
 
+_API = ("estimate", "sweep", "pareto", "plan")
+
 
 def __getattr__(name):
-    # Heavy entry points load lazily so `moesim --help` stays fast.
-    if name == "estimate":
-        from moesim.api import estimate
+    # lazy: the front door imports pandas (sweep); `moesim --help` and spec loading stay fast
+    if name in _API:
+        from moesim import api
 
-        return estimate
-    if name == "sweep":
-        from moesim.analyses.sweep import sweep
-
-        return sweep
-    if name == "pareto":
-        from moesim.analyses.pareto import pareto
-
-        return pareto
+        return getattr(api, name)
     raise AttributeError(name)
 
 
-__all__ = ["estimate", "sweep", "pareto", "load_model", "load_hardware", "__version__"]
+__all__ = ["estimate", "sweep", "pareto", "plan", "load_model", "load_hardware", "__version__"]

@@ -1,6 +1,6 @@
 """Enumerations shared across the flow."""
 
-from enum import Enum
+from enum import Enum, IntEnum
 
 
 class StrEnum(str, Enum):
@@ -53,6 +53,20 @@ class Bound(StrEnum):
     MEMORY = "memory"
     NETWORK = "network"
     LATENCY = "latency"
+
+
+class BoundCode(IntEnum):
+    """Bound as an integer code, for arrays over a grid (np.where / bincount / argmax).
+    The resources compute, memory, network come first, in the order `ideal_period` returns them."""
+
+    COMPUTE = 0
+    MEMORY = 1
+    NETWORK = 2
+    LATENCY = 3
+
+    @property
+    def bound(self) -> Bound:
+        return Bound[self.name]
 
 
 class Provenance(StrEnum):

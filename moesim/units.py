@@ -19,26 +19,6 @@ GBIT = 1e9 / 8  # Gb/s -> B/s
 HOUR_S = 3600.0
 DAY_S = 86400.0
 
-# Suffix of a YAML key -> factor to SI. Longest suffix wins.
-KEY_SUFFIX_TO_SI = {
-    "_tflops": TFLOPS,
-    "_GBps": GBPS,
-    "_Gbps": GBIT,
-    "_GB": GB,
-    "_GiB": GiB,
-    "_MB": MB,
-    "_us": US,
-    "_ms": MS,
-    "_s": 1.0,
-}
-
-
-def to_si(key: str, value: float) -> float:
-    for suffix in sorted(KEY_SUFFIX_TO_SI, key=len, reverse=True):
-        if key.endswith(suffix):
-            return float(value) * KEY_SUFFIX_TO_SI[suffix]
-    return float(value)
-
 
 def fmt_time(t_s: float) -> str:
     t = float(t_s)

@@ -6,8 +6,8 @@ import numpy as np
 
 from moesim import workload as W
 from moesim.api import load_profile_for, resolve_parallel, resolve_specs
-from moesim.balance.factors import imbalance_factors
-from moesim.engine.evaluate import _apply_imbalance, _imbalance_for, default_comm
+from moesim.balance.factors import apply_factors, factors_for, imbalance_factors
+from moesim.engine.evaluate import default_comm
 from moesim.enums import CommMode, CostMode, OpKind, Overlap, Phase, Stream
 from moesim.grid.core import Grid
 from moesim.grid.validity import require_valid
@@ -89,7 +89,7 @@ def layer_timeline(
     wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
     costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
     if imb:
-        costs = _apply_imbalance(costs, _imbalance_for(imb, scheme.micro_batches))
+        costs = apply_factors(costs, factors_for(imb, scheme.micro_batches))
     trace: list = []
     period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
     events = []

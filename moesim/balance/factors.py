@@ -7,6 +7,8 @@ KV per rank. Skewed traffic is given with --expert-skew zipf:<s> or a per-expert
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from moesim.enums import Phase, Tag
@@ -69,3 +71,38 @@ def op_factor(tags, factors: dict):
     if Tag.CORE in tags:
         return factors.get("attention", 1.0)
     return 1.0
+
+
+def factors_for(imb, ub):
+    """The factors for a micro-batch count: "experts@<ub>" (the slowest rank of one micro-batch)
+    replaces "experts" when given."""
+    out = {k: v for k, v in imb.items() if "@" not in k}
+    if f"experts@{ub}" in imb:
+        out["experts"] = imb[f"experts@{ub}"]
+    return out
+
+
+def apply_factors(costs, imb):
+    """Scale the slowest rank's op costs: routed experts and their all-to-alls by the expert load
+    factor, the attention core by the DP-attention factor."""
+    if not imb:
+        return costs
+    out = []
+    for c in costs:
+        f = op_factor(c.tags, imb)
+        if np.any(np.asarray(f) != 1.0):
+            c = dataclasses.replace(
+                c, time_s=c.time_s * f, compute_s=c.compute_s * f, memory_s=c.memory_s * f, network_s=c.network_s * f
+            )
+        out.append(c)
+    return out
+
+
+def check_imbalance_flags(model, expert_skew="auto", context_dist="fixed"):
+    """Raise on a bad --expert-skew / --context-dist before any evaluation (sweeps would otherwise
+    turn a bad flag into invalid rows)."""
+    from moesim.balance import imbalance as I  # lazy: scipy (start-up time)
+
+    I.context_dist(context_dist)
+    if model.is_moe and str(expert_skew).strip().lower() not in ("auto", "none"):
+        I.skew_shares(1, model.moe.num_experts, 0, expert_skew)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.engine.estimate import EstimateResult, estimate_step
+from moesim.engine.pricing import evaluate_grid
 from moesim.enums import Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid, replace
-
-_PREFILL_SCHEMES = ("serial", "shared", "sbo", "two-batch", "ideal", "auto")
+from moesim.schedule.schemes import overlap_choices
 
 
 def _check(isl, osl):
@@ -43,7 +44,7 @@ def prefill_overlap(overlap):
     if overlap is None:
         return None
     o = Overlap(overlap).value
-    return o if o in _PREFILL_SCHEMES else None
+    return o if o in overlap_choices(Phase.PREFILL) else None
 
 
 def chunk_tokens(grid: Grid, isl, osl):
@@ -114,8 +115,6 @@ def evaluate_mixed(
     force_profile=False,
 ):
     """Vectorized mixed-step values over a grid (the sweep's path) -> (values, notes)."""
-    from moesim.api import evaluate_grid
-
     isl, osl = _check(isl, osl)
     kw = dict(
         cost_mode=cost_mode,
@@ -159,8 +158,6 @@ def estimate_mixed(
 ):
     """One aggregated (decode + chunked prefill) step -> EstimateResult with phase "mixed".
     context defaults to ISL + OSL / 2 (mean KV length over a request's decode)."""
-    from moesim.api import EstimateResult, estimate
-
     isl, osl = _check(isl, osl)
     if context is None:
         context = isl + osl / 2.0
@@ -178,7 +175,7 @@ def estimate_mixed(
         profile=profile,
         force_profile=force_profile,
     )
-    d = estimate(
+    d = estimate_step(
         model,
         hardware,
         phase="decode",
@@ -202,7 +199,7 @@ def estimate_mixed(
         redundant=c["redundant_experts"],
     )
     chunk = float(chunk_tokens(g, isl, osl)[0])
-    p = estimate(
+    p = estimate_step(
         d.model,
         d.hardware,
         phase="prefill",

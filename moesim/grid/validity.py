@@ -8,10 +8,9 @@ import numpy as np
 from moesim.enums import Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
+from moesim.grid.layout import MAX_GPUS
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-
-MAX_GPUS = 1_000_000
 
 
 def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):

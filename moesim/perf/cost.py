@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.enums import Bound, CostMode, OpKind, Provenance, Stream, Tag
+from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.workload.ops import OpWork
-
-BOUND_CODES = (Bound.COMPUTE, Bound.MEMORY, Bound.NETWORK, Bound.LATENCY)
 
 
 @dataclass
@@ -30,7 +28,7 @@ class OpCost:
     compute_s: np.ndarray
     memory_s: np.ndarray
     network_s: np.ndarray
-    bound: np.ndarray  # int codes into BOUND_CODES
+    bound: np.ndarray  # BoundCode values
     provenance: str
     flops: np.ndarray
     bytes: np.ndarray
@@ -39,7 +37,7 @@ class OpCost:
     tags: frozenset = frozenset()  # the op's moesim.enums.Tag set (schedule and imbalance read it)
 
     def bound_name(self, i: int = 0) -> str:
-        return BOUND_CODES[int(np.atleast_1d(self.bound)[i])].value
+        return BoundCode(int(np.atleast_1d(self.bound)[i])).bound.value
 
 
 def _family(op: OpWork, model: ModelSpec) -> str:
@@ -114,7 +112,7 @@ class CostModel:
             if ok.any():  # a measured kernel duration, plus the same inter-kernel launch gap
                 time_s = np.where(ok, measured + launch, time_s)
                 prov = Provenance.MEASURED.value if ok.all() else prov + "+measured"
-        bound = np.where(compute_s >= memory_s, 0, 1)
+        bound = np.where(compute_s >= memory_s, BoundCode.COMPUTE, BoundCode.MEMORY)
         bound = np.where(launch > np.maximum(compute_s, memory_s), 3, bound)
         present = np.asarray(op.present, float)
         return OpCost(
@@ -179,7 +177,9 @@ class CostModel:
         shape = np.broadcast(net, alpha).shape
         present = np.asarray(op.present, float)
         time_s = (np.broadcast_to(net, shape) + alpha) * present
-        bound = np.where(np.broadcast_to(alpha, shape) > np.broadcast_to(net, shape), 3, 2)
+        bound = np.where(
+            np.broadcast_to(alpha, shape) > np.broadcast_to(net, shape), BoundCode.LATENCY, BoundCode.NETWORK
+        )
         z = np.zeros(shape)
         return OpCost(
             op.name,

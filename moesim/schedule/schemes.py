@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.enums import OpKind, Tag
+from moesim.enums import OpKind, Overlap, Phase, Tag
 from moesim.schedule.primitives import par, seq
 
 # stages: 1 attention part 1 (norm, qkv_a, q_b, BMM), 2 attention part 2 (core, BMM, o_proj,
@@ -59,6 +59,7 @@ class Scheme:
     slots: tuple
     edges: tuple
     holds_sms: bool = True  # compute overlapping SM-holding comm kernels loses their SM share
+    phases: frozenset = frozenset(Phase)  # the phases the scheme applies to
 
 
 SERIAL = Scheme(
@@ -124,9 +125,28 @@ FIVE_STAGE = Scheme(
         CommEdge("dispatch", 1, 8, 1, wrap=True),
         CommEdge("combine", 1, 1, 3),
     ),
+    phases=frozenset({Phase.DECODE, Phase.MIXED}),  # a pipeline over decode stages (prefill: two-batch)
 )
 
 SCHEMES = {s.name: s for s in (SERIAL, SHARED, SBO, TWO_BATCH, FIVE_STAGE)}
+# not schedules of their own: `ideal` is the step's resource roofline, `auto` the fastest scheme
+PSEUDO = (Overlap.IDEAL.value, Overlap.AUTO.value)
+
+
+def schemes_for(phase) -> list[str]:
+    """The schedules that apply to a phase, in table order."""
+    phase = Phase(phase)
+    return [s.name for s in SCHEMES.values() if phase in s.phases]
+
+
+def overlap_choices(phase) -> list[str]:
+    """Every --overlap value a phase accepts: its schedules plus ideal and auto."""
+    return schemes_for(phase) + list(PSEUDO)
+
+
+def micro_batches(name: str) -> int:
+    """Micro-batches a schedule splits the batch into (ideal/auto: 1)."""
+    return SCHEMES[name].micro_batches if name in SCHEMES else 1
 
 
 class StageSums:

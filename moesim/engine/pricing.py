@@ -1,0 +1,110 @@
+"""The one evaluation path shared by estimate, sweep, pareto, plan and disagg (so they agree):
+specs (catalog name or spec) + calibration profile (read once, cached) + rank-imbalance factors +
+the vectorized `evaluate`, with configurations that differ only in acceptance priced once."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from moesim.balance.factors import imbalance_factors
+from moesim.engine.evaluate import evaluate
+from moesim.enums import CostMode
+from moesim.errors import CalibrationError
+from moesim.grid.core import Grid, distinct_rows
+from moesim.metrics.step import metrics
+from moesim.perf.profile import load_profile
+from moesim.specs import load_hardware, load_model, parse_overrides
+from moesim.specs.hardware import HardwareSpec
+from moesim.specs.loader import data_root
+from moesim.specs.model import ModelSpec
+
+COST_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "redundant")  # all but acceptance
+
+_PROFILE_CACHE: dict = {}
+
+
+def resolve_specs(model, hardware, set_=None):
+    """(ModelSpec, HardwareSpec) from specs or catalog names / paths, with `--set` what-ifs applied."""
+    ov = parse_overrides([set_] if isinstance(set_, str) else set_)
+    m = model if isinstance(model, ModelSpec) else load_model(model, ov["model"])
+    h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware, ov["hardware"])
+    return m, h
+
+
+def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False):
+    """-> (calibration profile or None, notes). Roofline mode reads no profile."""
+    if CostMode(cost_mode) == CostMode.ROOFLINE:
+        return None, []
+    prof = _cached_profile(hw, profile_path, force)
+    if prof is None:
+        return None, [
+            f"no calibration profile for {hw.name}: kernels use peak efficiencies (roofline) plus launch overhead"
+        ]
+    return prof, []
+
+
+def _cached_profile(hw, path, force):
+    """Profiles are read once per (file, mtime, hardware): sweeps call this many times."""
+    p = path or data_root() / "calibration" / "profiles" / f"{hw.name}.yaml"
+    try:
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
+        mtime = None
+    key = (str(p), mtime, repr(hw), bool(force))
+    if key not in _PROFILE_CACHE:
+        if len(_PROFILE_CACHE) > 32:
+            _PROFILE_CACHE.clear()
+        try:
+            _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+        except OSError as e:
+            raise CalibrationError(f"profile {p}: cannot read ({e.strerror or e.__class__.__name__})") from None
+        except (AttributeError, KeyError, TypeError, ValueError) as e:  # structure the reader does not check
+            raise CalibrationError(
+                f"profile {p}: malformed ({e.__class__.__name__}: {e}); regenerate it with `moesim calibrate fit`"
+            ) from None
+    return _PROFILE_CACHE[key]
+
+
+def _dedupe(grid: Grid):
+    """Rows that differ only in acceptance share every op cost (acceptance enters the metrics only)."""
+    if np.ptp(grid.acceptance) == 0:
+        return None
+    return distinct_rows(grid, COST_AXES, max_share=0.75, min_size=256)
+
+
+def evaluate_grid(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    grid: Grid,
+    *,
+    phase="decode",
+    overlap=None,
+    cost_mode="calibrated",
+    comm=None,
+    expert_skew="auto",
+    context_dist="fixed",
+    profile_path=None,
+    force_profile=False,
+    cuda_graphs=True,
+):
+    """Every configuration of `grid` -> (Evaluation, notes)."""
+    cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile)
+    imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
+    run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
+    dd = _dedupe(grid)
+    if dd is None:
+        ev = evaluate(model, hw, grid, imbalance=imb, **run)
+        return ev, notes + imb_notes + ev.notes
+    # configurations that differ only in acceptance share every op cost: evaluate each distinct
+    # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
+    first, inverse = dd
+    sub_imb = {k: np.broadcast_to(v, (grid.size,))[first] for k, v in imb.items()} if imb else imb
+    ev = evaluate(model, hw, grid.take(first), imbalance=sub_imb, **run)
+    vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
+    peak = hw.peak_flops(model.precision.weight_dtype)
+    vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
+    ev.grid, ev.values = grid, vals
+    return ev, notes + imb_notes + ev.notes
