@@ -102,3 +102,16 @@ class CommMode(StrEnum):
     DEEPEP_NORMAL = "deepep-normal"
     NCCL = "nccl"
     PPLX = "pplx"
+
+
+class Tag(StrEnum):
+    """What an op is, for the schedule and the rank-imbalance (never match op names).
+
+    Set by the workload constructors; MTP copies of an op keep its tags."""
+
+    ROUTED = "routed"  # routed-expert compute (grouped GEMMs + activation): scales with the rank's expert load
+    A2A = "a2a"  # EP all-to-all (dispatch, combine): volume scales with the rank's expert load
+    DISPATCH = "dispatch"  # the all-to-all half that sends tokens to their experts
+    COMBINE = "combine"  # the all-to-all half that returns expert outputs
+    EXPERTS_DOWN = "experts_down"  # routed down projection: SBO streams the combine behind it
+    CORE = "core"  # attention core: the only op whose cost depends on the context length

@@ -106,12 +106,7 @@ def layer_timeline(
         if stream == "compute":
             slot = next(s for s in scheme.slots if s.mb == mb and _label(s) == label)
             for c in costs:
-                if (
-                    c.stage in slot.stages
-                    and (not slot.only or c.name in slot.only)
-                    and c.name not in slot.skip
-                    and not (c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL)
-                ):
+                if slot.holds(c) and not (c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL):
                     t = float(np.ravel(c.time_s)[0])
                     if t > 0:
                         ev["ops"].append((c.name, t))

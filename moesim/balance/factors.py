@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from moesim.enums import Phase
+from moesim.enums import Phase, Tag
 from moesim.grid.core import Grid
 
 
@@ -62,6 +62,17 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
     return out, notes
 
 
+def op_factor(tags, factors: dict):
+    """The imbalance factor an op's time takes, read from its tags (moesim.enums.Tag): the slowest
+    EP rank's routed load for routed-expert compute and the all-to-alls ("experts"), the slowest DP
+    rank's KV for the attention core ("attention"), else 1."""
+    if Tag.ROUTED in tags or Tag.A2A in tags:
+        return factors.get("experts", 1.0)
+    if Tag.CORE in tags:
+        return factors.get("attention", 1.0)
+    return 1.0
+
+
 def factors_for(imb, ub):
     """The factors for a micro-batch count: "experts@<ub>" (the slowest rank of one micro-batch)
     replaces "experts" when given."""
@@ -78,11 +89,7 @@ def apply_factors(costs, imb):
         return costs
     out = []
     for c in costs:
-        f = 1.0
-        if c.name.endswith(("experts_gate_up", "experts_down", "experts_act", "dispatch", "combine")):
-            f = imb.get("experts", 1.0)
-        elif c.name.endswith("attn_core"):
-            f = imb.get("attention", 1.0)
+        f = op_factor(c.tags, imb)
         if np.any(np.asarray(f) != 1.0):
             c = dataclasses.replace(
                 c, time_s=c.time_s * f, compute_s=c.compute_s * f, memory_s=c.memory_s * f, network_s=c.network_s * f

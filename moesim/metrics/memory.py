@@ -10,6 +10,8 @@ from moesim.enums import CommMode, Phase
 from moesim.grid.core import Grid
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
+from moesim.workload.comm import combine_bytes_per_token, dispatch_bytes_per_token
+from moesim.workload.ops import weight_elem_bytes
 
 
 @dataclass
@@ -63,8 +65,7 @@ class Memory:
 def _wfactor(model: ModelSpec) -> float:
     """Bytes per weight incl. FP8 block scales (one fp32 per 128x128 block)."""
     p = model.precision
-    b = p.weight_dtype.bytes
-    return b + (4.0 / (p.weight_block**2) if (b < 2 and p.weight_block) else 0.0)
+    return weight_elem_bytes(p.weight_dtype.bytes, p.weight_block)
 
 
 def attention_weight_params_per_gpu(model: ModelSpec, tp):
@@ -84,8 +85,9 @@ def attention_weight_params_per_gpu(model: ModelSpec, tp):
     return q_o + kv
 
 
-def memory(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: CommMode) -> Memory:
-    phase = Phase(phase)
+def _weights(model: ModelSpec, grid: Grid):
+    """Weight bytes per GPU: (attention, routed experts, shared expert + router, dense FFN,
+    embedding + LM head, MTP modules)."""
     wf = _wfactor(model)
     L = model.num_layers
     tp, ep, moe_tp = grid.tp, grid.ep, grid.moe_tp
@@ -111,59 +113,75 @@ def memory(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: C
                 + model.shared_expert_params() / moe_tp * wf
             )
         mtp = model.mtp_layers * per_layer
-    # KV cache: MLA latent replicated on every attention-TP rank; GQA KV heads sharded
+    return attn, experts, shared, dense, embedding, mtp
+
+
+def _kv_per_unit(model: ModelSpec, grid: Grid, phase: Phase):
+    """KV bytes per request (decode: context + q_len tokens) or per prompt token (prefill). MLA
+    latent replicated on every attention-TP rank; GQA KV heads sharded."""
     kv_per_token_layer = model.kv_latent_dim * model.precision.kv_dtype.bytes
     if model.attention.kind != AttentionKind.MLA:
-        kv_per_token_layer = kv_per_token_layer * np.maximum(model.kv_heads / tp, 1.0) / model.kv_heads
-    kv_layers = L + model.mtp_layers
+        kv_per_token_layer = kv_per_token_layer * np.maximum(model.kv_heads / grid.tp, 1.0) / model.kv_heads
+    kv_layers = model.num_layers + model.mtp_layers
     if phase == Phase.PREFILL:
-        per_unit = kv_per_token_layer * kv_layers + z  # per prompt token held during prefill
-        kv = grid.batch * per_unit
-        t = grid.batch
-    else:
-        per_unit = (grid.context + grid.q_len) * kv_per_token_layer * kv_layers
-        kv = grid.batch * per_unit
-        t = grid.batch * grid.q_len
-    # activations: peak live tensors of one layer (residual + norm out + q/kv + attention out +
-    # MoE gate/up) in BF16 — derived from the op shapes, an upper-bound style estimate
+        return kv_per_token_layer * kv_layers + np.zeros(grid.size)  # per prompt token held during prefill
+    return (grid.context + grid.q_len) * kv_per_token_layer * kv_layers
+
+
+def _act_per_token(model: ModelSpec, grid: Grid, phase: Phase):
+    """Peak live activation bytes per token of one layer (residual + norm out + q/kv + attention
+    out + MoE gate/up) in BF16, plus FP32 logits in decode — from the op shapes, an upper-bound
+    style estimate."""
+    tp, moe_tp, d = grid.tp, grid.moe_tp, model.hidden_size
     width = d * 4.0 + model.attention.num_heads / tp * (model.q_head_dim + model.head_dim) * 2.0
     if model.is_moe:
         width = width + model.moe.top_k * (moe_tp / tp) * model.moe.expert_intermediate_size / moe_tp * 3.0
     elif model.dense_ffn:
         width = width + 3.0 * model.dense_ffn.intermediate_size / tp
-    act_per_token = width * 2.0 + model.vocab_size / tp * 4.0 * (0.0 if phase == Phase.PREFILL else 1.0)
+    return width * 2.0 + model.vocab_size / tp * 4.0 * (0.0 if phase == Phase.PREFILL else 1.0)
+
+
+def _comm_buffers(model: ModelSpec, grid: Grid, phase: Phase, comm: CommMode, tokens):
+    """(bytes at this batch, bytes per extra batch unit) of the EP communication buffers.
+
+    DeepEP LL buffers hold num_max_dispatch_tokens_per_rank (>= 128) tokens per expert for
+    dispatch (FP8 + scales) and combine (BF16), double-buffered (DeepEP README /
+    Buffer.get_low_latency_rdma_size_hint); normal mode: DeepEP defaults 1 GB NVL + 1 GB RDMA."""
+    z = np.zeros(grid.size)
+    if not model.is_moe:
+        return z, z
+    if CommMode(comm) == CommMode.DEEPEP_NORMAL:
+        return z + 2.0e9, z
+    d, ep, tp = model.hidden_size, grid.ep, grid.tp
+    max_tok = np.maximum(np.ceil(tokens / tp / 128.0) * 128.0, 128.0)
+    # the LL buffers are sized for FP8 dispatch and BF16 combine whatever the model sends
+    per_tok = dispatch_bytes_per_token(d) + combine_bytes_per_token(d)
+    per_slot = 2.0 * model.moe.num_experts * per_tok
+    buf = np.where(ep > 1, per_slot * max_tok, 0.0)
+    # affine upper bound for max_batch: buffers grow by < 1 slot per token plus one 128 block
+    per_unit = np.where(ep > 1, per_slot * (grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 0.0)
+    return buf, per_unit
+
+
+def memory(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: CommMode) -> Memory:
+    phase = Phase(phase)
+    tp = grid.tp
+    z = np.zeros(grid.size)
+    weights = _weights(model, grid)
+    per_unit = _kv_per_unit(model, grid, phase)
+    kv = grid.batch * per_unit
+    unit_tokens = grid.q_len if phase != Phase.PREFILL else 1.0  # tokens per request (decode) / token
+    t = grid.batch * unit_tokens if phase != Phase.PREFILL else grid.batch
+    act_per_token = _act_per_token(model, grid, phase)
     act = t * act_per_token
-    # communication buffers: DeepEP LL buffers hold num_max_dispatch_tokens_per_rank (>=128) tokens
-    # per expert for dispatch (FP8+scales) and combine (BF16), double-buffered (DeepEP README /
-    # Buffer.get_low_latency_rdma_size_hint); normal mode: DeepEP defaults 1 GB NVL + 1 GB RDMA.
-    buf = z
-    buf_per_unit = z
-    if model.is_moe:
-        max_tok = np.maximum(np.ceil(t / tp / 128.0) * 128.0, 128.0)
-        if CommMode(comm) == CommMode.DEEPEP_NORMAL:
-            buf = z + 2.0e9
-        else:
-            per_tok = d * 1.0 + d / 128 * 4.0 + d * 2.0
-            per_slot = 2.0 * model.moe.num_experts * per_tok
-            buf = np.where(ep > 1, per_slot * max_tok, 0.0)
-            # affine upper bound for max_batch: buffers grow by < 1 slot per token plus one 128 block
-            buf_per_unit = np.where(ep > 1, per_slot * (grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 0.0)
+    buf, buf_per_unit = _comm_buffers(model, grid, phase, comm, t)
+    attn, experts, shared, dense, embedding, mtp = weights
     weights_fixed = attn + experts + shared + dense + embedding + mtp + hw.memory_reserve_bytes
-    fixed = weights_fixed + np.where(
-        buf_per_unit > 0,
-        buf_per_unit / np.maximum((grid.q_len if phase != Phase.PREFILL else 1.0) / tp, 1e-30) * 128.0,
-        buf,
-    )
-    per_req = per_unit + (act_per_token * (grid.q_len if phase != Phase.PREFILL else 1.0)) + buf_per_unit
-    unit_tokens = grid.q_len if phase != Phase.PREFILL else 1.0
     block = np.where(buf_per_unit > 0, buf_per_unit / np.maximum(unit_tokens / tp, 1e-30) * 128.0, 0.0)
+    fixed = weights_fixed + np.where(buf_per_unit > 0, block, buf)
+    per_req = per_unit + (act_per_token * unit_tokens) + buf_per_unit
     return Memory(
-        attn,
-        experts,
-        shared,
-        dense,
-        embedding,
-        mtp,
+        *weights,
         kv,
         act,
         buf,

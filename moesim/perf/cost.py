@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream
+from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
@@ -34,6 +34,7 @@ class OpCost:
     bytes: np.ndarray
     sm_share: float = 0.0
     kind: OpKind = OpKind.GEMM
+    tags: frozenset = frozenset()  # the op's moesim.enums.Tag set (schedule and imbalance read it)
 
     def bound_name(self, i: int = 0) -> str:
         return BoundCode(int(np.atleast_1d(self.bound)[i])).bound.value
@@ -85,7 +86,7 @@ class CostModel:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
             kshape = op.shape
-            if op.kind == OpKind.GROUPED_GEMM and kshape.get("routed"):
+            if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags:
                 # routed token counts per expert are random: each group's last M tile is partly empty
                 # but computed whole (the efficiencies were fitted on tile-aligned shapes)
                 pad = E.routed_tile_padding(kshape["m"])
@@ -197,7 +198,9 @@ class CostModel:
         )
 
     def cost(self, op: OpWork) -> OpCost:
-        return self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+        c = self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+        c.tags = op.tags
+        return c
 
     def costs(self, ops: list[OpWork]) -> list[OpCost]:
         return [self.cost(o) for o in ops]

@@ -30,9 +30,15 @@ from __future__ import annotations
 
 import numpy as np
 
-# FlashMLA / DeepSeek-V3 MLA decode geometry (absorbed form): K = 576 (512 latent + 64 RoPE), V = 512
-MLA_QK_DIM = 576
-MLA_V_DIM = 512
+from moesim.workload.attention import mla_decode_work as W_mla_decode_work
+from moesim.workload.ops import matmul_work
+
+# FlashMLA's kernel geometry, which the fitted mla_decode entries measure (DeepSeek-V3 dims:
+# kv_lora_rank 512, qk_rope_head_dim 64). The workload prices a model's MLA from its own dims.
+MLA_LATENT = 512
+MLA_ROPE = 64
+MLA_QK_DIM = MLA_LATENT + MLA_ROPE
+MLA_V_DIM = MLA_LATENT
 
 DTYPE_BYTES = {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp4": 0.5}
 
@@ -54,17 +60,16 @@ def out_bytes_for(dtype) -> float:
 def gemm_work(m, n, k, groups=1.0, in_bytes=1.0, out_bytes=2.0):
     """(F, B_in, B_out) of `groups` GEMMs [m, k] x [k, n] (grouped GEMM: m tokens per group).
 
-    Bytes as the DeepGEMM README counts them (verified against its TFLOPS/GB/s pairs): inputs
-    m*k + n*k per group at `in_bytes`, output m*n at `out_bytes`; FP8 scales are not counted.
+    The workload's GEMM work (moesim.workload.ops.matmul_work) in the DeepGEMM README's byte
+    convention (verified against its TFLOPS/GB/s pairs): inputs m*k + n*k per group at
+    `in_bytes`, output m*n at `out_bytes`; FP8 scales are not counted (block = 0).
     """
-    m = np.asarray(m, float)
-    n = np.asarray(n, float)
-    k = np.asarray(k, float)
     g = np.asarray(groups, float)
-    flops = 2.0 * g * m * n * k
-    b_in = g * (m * k + n * k) * in_bytes
-    b_out = g * m * n * out_bytes
-    return flops, b_in, b_out
+    rows = g * np.asarray(m, float)
+    flops, b_w, b_a, b_out = matmul_work(
+        rows, n, k, weights=g, w_bytes=in_bytes, a_bytes=in_bytes, out_bytes=out_bytes, block=0
+    )
+    return flops, b_a + b_w, b_out
 
 
 def gemm_ctas_per_sm(m, n, groups, sms, tile_pad=None):
@@ -139,20 +144,16 @@ def routed_tile_padding(m):
     return np.maximum(f, 1.0)[inv].reshape(m.shape)
 
 
-def mla_decode_work(batch, q_len, heads, context, kv_bytes=2.0, q_bytes=2.0):
-    """(F, B_in, B_out) of absorbed-MLA decode attention over a latent KV cache (FlashMLA).
-
-    F = 2 * b * s_q * h * ctx * (576 + 512) (QK over 576 dims, PV over 512); reads the KV cache
-    b * ctx * 576 and the queries; writes b * s_q * h * 512 outputs.
+def mla_decode_work(batch, q_len, heads, context, kv_bytes=2.0, q_bytes=2.0, *, latent=MLA_LATENT, rope=MLA_ROPE):
+    """(F, B_in, B_out) of absorbed-MLA decode attention over a latent KV cache (FlashMLA): the
+    workload's formula (moesim.workload.attention.mla_decode_work) at the given dims, FlashMLA's
+    by default. F = 2 * b * s_q * h * ctx * ((latent + rope) + latent); reads the KV cache and the
+    queries; writes b * s_q * h * latent outputs.
     """
-    b = np.asarray(batch, float)
-    s = np.asarray(q_len, float)
-    h = np.asarray(heads, float)
-    c = np.asarray(context, float)
-    flops = 2.0 * b * s * h * c * (MLA_QK_DIM + MLA_V_DIM)
-    b_in = b * c * MLA_QK_DIM * kv_bytes + b * s * h * MLA_QK_DIM * q_bytes
-    b_out = b * s * h * MLA_V_DIM * q_bytes
-    return flops, b_in, b_out
+    flops, kv, q_in, out = W_mla_decode_work(
+        batch, q_len, heads, context, latent=latent, rope=rope, kv_bytes=kv_bytes, q_bytes=q_bytes
+    )
+    return flops, kv + q_in, out
 
 
 def mla_ctas_per_sm(batch, q_len, heads, context, sms):

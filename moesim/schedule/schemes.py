@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.enums import OpKind, Overlap, Phase
+from moesim.enums import OpKind, Overlap, Phase, Tag
 from moesim.schedule.primitives import par, seq
 
 # stages: 1 attention part 1 (norm, qkv_a, q_b, BMM), 2 attention part 2 (core, BMM, o_proj,
@@ -29,9 +29,18 @@ from moesim.schedule.primitives import par, seq
 class Slot:
     mb: int  # micro-batch index
     stages: tuple  # stage numbers on the compute stream
-    only: tuple = ()  # restrict to these op names (empty = all in the stages)
-    skip: tuple = ()  # exclude these op names
+    only: tuple = ()  # restrict to ops carrying one of these tags (moesim.enums.Tag; empty = all)
+    skip: tuple = ()  # exclude ops carrying one of these tags
     next_layer: bool = False  # belongs to the next layer (pipelined schemes)
+
+    def holds(self, cost) -> bool:
+        """Whether this slot runs the compute op `cost` (an OpCost)."""
+        tags = cost.tags
+        return (
+            cost.stage in self.stages
+            and (not self.only or any(t in tags for t in self.only))
+            and not any(t in tags for t in self.skip)
+        )
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,12 @@ SHARED = Scheme(
 SBO = Scheme(
     "sbo",
     1,
-    (Slot(0, (1, 2)), Slot(0, (3,)), Slot(0, (4, 5), skip=("experts_down",)), Slot(0, (4,), only=("experts_down",))),
+    (
+        Slot(0, (1, 2)),
+        Slot(0, (3,)),
+        Slot(0, (4, 5), skip=(Tag.EXPERTS_DOWN,)),
+        Slot(0, (4,), only=(Tag.EXPERTS_DOWN,)),
+    ),
     (CommEdge("dispatch", 0, 0, 2), CommEdge("combine", 0, 2, 0, wrap=True)),
 )
 # DeepSeek prefill: A attn, B attn, A moe, B moe; each comm hides under the other's compute
@@ -146,13 +160,14 @@ class StageSums:
         self.sm_share = 0.0
         for c in costs:
             if c.kind == OpKind.ALL_TO_ALL:
-                op = "dispatch" if c.name.endswith("dispatch") else "combine"
+                op = "dispatch" if Tag.DISPATCH in c.tags else "combine"
                 self.comm[op] = seq(self.comm[op], c.time_s)
                 self.sm_share = max(self.sm_share, c.sm_share)
                 continue
             self.stage[c.stage] = seq(self.stage.get(c.stage, 0.0), c.time_s)
-            if c.name in NAMED_OPS:
-                self.named[c.name] = seq(self.named.get(c.name, 0.0), c.time_s)
+            for tag in NAMED_TAGS:
+                if tag in c.tags:
+                    self.named[tag] = seq(self.named.get(tag, 0.0), c.time_s)
 
     def slot(self, slot: Slot):
         if slot.only:
@@ -163,7 +178,7 @@ class StageSums:
         return t
 
 
-NAMED_OPS = ("experts_down",)  # ops that schemes address by name (SBO streams combine behind it)
+NAMED_TAGS = (Tag.EXPERTS_DOWN,)  # ops that slots address by tag (SBO streams combine behind the down GEMM)
 
 
 def slot_time(costs, slot: Slot):
@@ -173,7 +188,7 @@ def slot_time(costs, slot: Slot):
 
 def slot_label(slot: Slot) -> str:
     if slot.only:
-        return "+".join(slot.only)
+        return "+".join(t.value for t in slot.only)
     return "S" + "".join(str(x) for x in slot.stages)
 
 

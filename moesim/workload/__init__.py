@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +30,6 @@ class Workload:
     mtp_count: np.ndarray = field(default=0.0)
     micro_batches: int = 1
     mtp_extra: list = field(default_factory=list)  # MTP ops outside its transformer block
-
-    def all_ops(self):
-        return self.moe_layer + self.dense_layer + self.step + self.mtp
 
 
 def tokens(grid: Grid, phase: Phase, micro_batches: int = 1):
@@ -69,61 +67,11 @@ def build(
             comm=comm,
             prefill=prefill,
         )
-    d, p = model.hidden_size, model.precision
-    emb_b = p.embedding_dtype.bytes
-    # LM head: decode computes logits for every query position; prefill only for the last token
-    t_lm = b_req if prefill else t
-    step = [
-        elementwise("embedding", t * d * emb_b * 2.0, stage=1),
-        elementwise("final_norm", t_lm * d * 2.0 * 2.0, stage=5),
-        gemm(
-            "lm_head",
-            t_lm,
-            model.vocab_size / grid.tp,
-            d,
-            w_bytes=emb_b,
-            a_bytes=2.0,
-            out_bytes=4.0,
-            dtype=Dtype.BF16,
-            block=0,
-            stage=5,
-        ),
-    ]
+    step = _step_ops(model, t, b_req, grid.tp, prefill)
     mtp: list[OpWork] = []
     mtp_count = np.zeros(grid.size)
     if model.mtp_layers and not prefill:
-        # MTP module per draft (V3 report sec. 2.2): concat(norm(h), norm(emb)) -> eh_proj -> block -> head
-        block = moe if model.is_moe else dense
-        mtp = (
-            [
-                gemm(
-                    "mtp_eh_proj",
-                    t,
-                    d,
-                    2 * d,
-                    w_bytes=p.weight_dtype.bytes,
-                    a_bytes=2.0,
-                    dtype=p.weight_dtype,
-                    block=p.weight_block,
-                    stage=1,
-                )
-            ]
-            + [_renamed(o, "mtp_") for o in block]
-            + [
-                gemm(
-                    "mtp_lm_head",
-                    t,
-                    model.vocab_size / grid.tp,
-                    d,
-                    w_bytes=emb_b,
-                    a_bytes=2.0,
-                    out_bytes=4.0,
-                    dtype=Dtype.BF16,
-                    block=0,
-                    stage=5,
-                )
-            ]
-        )
+        mtp = _mtp_ops(model, t, grid.tp, moe if model.is_moe else dense)
         mtp_count = grid.mtp.astype(float)
     return Workload(
         moe_layer=moe,
@@ -138,7 +86,32 @@ def build(
     )
 
 
-def _renamed(op: OpWork, prefix: str) -> OpWork:
-    import dataclasses
+def _lm_head(name, m, model: ModelSpec, tp, stage=5) -> OpWork:
+    """Vocab-parallel LM head: BF16 GEMM in the embedding dtype, FP32 logits."""
+    emb_b = model.precision.embedding_dtype.bytes
+    v, d = model.vocab_size / tp, model.hidden_size
+    return gemm(name, m, v, d, w_bytes=emb_b, a_bytes=2.0, out_bytes=4.0, dtype=Dtype.BF16, block=0, stage=stage)
 
-    return dataclasses.replace(op, name=prefix + op.name)
+
+def _step_ops(model: ModelSpec, t, b_req, tp, prefill: bool) -> list[OpWork]:
+    """Ops run once per step: embedding, final norm, LM head."""
+    d, emb_b = model.hidden_size, model.precision.embedding_dtype.bytes
+    # LM head: decode computes logits for every query position; prefill only for the last token
+    t_lm = b_req if prefill else t
+    return [
+        elementwise("embedding", t * d * emb_b * 2.0, stage=1),
+        elementwise("final_norm", t_lm * d * 2.0 * 2.0, stage=5),
+        _lm_head("lm_head", t_lm, model, tp),
+    ]
+
+
+def _mtp_ops(model: ModelSpec, t, tp, block: list[OpWork]) -> list[OpWork]:
+    """MTP module per draft (V3 report sec. 2.2): concat(norm(h), norm(emb)) -> eh_proj -> block -> head."""
+    d, p = model.hidden_size, model.precision
+    wb = p.weight_dtype.bytes
+    eh = gemm("mtp_eh_proj", t, d, 2 * d, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, block=p.weight_block, stage=1)
+    return [eh] + [_renamed(o, "mtp_") for o in block] + [_lm_head("mtp_lm_head", t, model, tp)]
+
+
+def _renamed(op: OpWork, prefix: str) -> OpWork:
+    return dataclasses.replace(op, name=prefix + op.name)  # tags stay: an MTP copy is the same op

@@ -9,101 +9,112 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.enums import Dtype, OpKind, Stream
+from moesim.enums import OpKind, Tag
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.workload.comm import ring_allreduce_bytes
-from moesim.workload.ops import OpWork, elementwise, gemm
+from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, matmul_work
+
+CORE_TAGS = frozenset({Tag.CORE})
 
 
-def _tp_allreduce(name, t, d, tp, stage) -> OpWork:
-    msg = t * d * 2.0  # BF16 hidden states
+def mla_decode_work(batch, q_len, heads, context, *, latent, rope, kv_bytes, q_bytes=2.0):
+    """(flops, kv_read, q_read, out_written) of absorbed MLA decode attention over the latent KV
+    cache (FlashMLA; DeepSeek-V2 paper app. C): QK over latent + rope dims, PV over the latent
+    (V3: kv_lora_rank 512 + qk_rope_head_dim 64 = 576 and 512; seed 002: 278,528 FLOP per token
+    per key at 128 heads). Reads the cache b * ctx * (latent + rope) and the queries; writes
+    b * s_q * h * latent outputs."""
+    b = np.asarray(batch, float)
+    s = np.asarray(q_len, float)
+    h = np.asarray(heads, float)
+    c = np.asarray(context, float)
+    qk, v = latent + rope, latent
+    flops = 2.0 * b * s * h * c * (qk + v)
+    return flops, b * c * qk * kv_bytes, b * s * h * qk * q_bytes, b * s * h * v * q_bytes
+
+
+def mla_prefill_work(tokens, heads, context, *, qk_head_dim, v_head_dim, latent, rope, kv_bytes):
+    """(flops, act_bytes) of MLA prefill attention in MHA form, causal: each token attends to
+    context/2 keys on average (seed 002: 81,920 FLOP per token per key per layer = 2 * 128 heads
+    * (192 + 128)); reads Q, K, V and writes O in BF16, and reads the latent cache it expands."""
+    t = np.asarray(tokens, float)
+    flops = 2.0 * heads * t * (context / 2.0) * (qk_head_dim + v_head_dim)
+    act = t * heads * (qk_head_dim + qk_head_dim + v_head_dim + v_head_dim) * 2.0 + t * (latent + rope) * kv_bytes
+    return flops, act
+
+
+def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill) -> OpWork:
     return OpWork(
-        name=name,
-        kind=OpKind.COLLECTIVE,
-        dtype=Dtype.BF16,
-        stage=stage,
-        stream=Stream.COMM,
-        net_bytes_nvlink=ring_allreduce_bytes(tp, msg),
-        group=tp,
-        comm_op="all_reduce",
-        shape={"bytes": msg, "gpus": tp},
-        present=(tp > 1).astype(float),
+        name,
+        OpKind.ATTENTION,
+        model.precision.attention_dtype,
+        2,
+        flops=flops,
+        bytes_kv=kv,
+        bytes_act=act,
+        shape={"batch": batch, "q_len": q_len, "context": context, "heads": heads, "prefill": prefill},
+        tags=CORE_TAGS,
+    )
+
+
+def mla_core_op(model: ModelSpec, *, t, b_req, q_len, context, heads, prefill: bool, name="attn_core") -> OpWork:
+    """The MLA attention core: MHA form for prefill, absorbed form over the latent for decode."""
+    a, kvb = model.attention, model.precision.kv_dtype.bytes
+    lat, rope = a.kv_lora_rank, a.qk_rope_head_dim
+    if prefill:
+        flops, act = mla_prefill_work(
+            t,
+            heads,
+            context,
+            qk_head_dim=a.qk_nope_head_dim + rope,
+            v_head_dim=a.v_head_dim,
+            latent=lat,
+            rope=rope,
+            kv_bytes=kvb,
+        )
+        q = t / np.maximum(b_req, 1e-9)
+        return _core(model, name, flops, act=act, batch=b_req, q_len=q, context=context, heads=heads, prefill=True)
+    flops, kv, q_in, out = mla_decode_work(b_req, q_len, heads, context, latent=lat, rope=rope, kv_bytes=kvb)
+    return _core(
+        model, name, flops, act=q_in + out, kv=kv, batch=b_req, q_len=q_len, context=context, heads=heads, prefill=False
     )
 
 
 def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> OpWork:
     """The attention core (the only op whose cost depends on the context length)."""
     a, p = model.attention, model.precision
-    kvb = p.kv_dtype.bytes
     h = a.num_heads / tp
     if a.kind == AttentionKind.MLA:
-        lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
-        qd = nope + rope
-        if prefill:
-            # MHA form, causal: each token attends to context/2 keys on average (seed 002: 81,920
-            # FLOP per token per key per layer = 2 * 128 heads * (192 + 128))
-            flops = 2.0 * h * t * (context / 2.0) * (qd + vd)
-            act = t * h * (qd + qd + vd + vd) * 2.0 + t * (lat + rope) * kvb
-            return OpWork(
-                "attn_core",
-                OpKind.ATTENTION,
-                p.attention_dtype,
-                2,
-                flops=flops,
-                bytes_act=act,
-                shape={
-                    "batch": b_req,
-                    "q_len": t / np.maximum(b_req, 1e-9),
-                    "context": context,
-                    "heads": h,
-                    "prefill": True,
-                },
-            )
-        # FlashMLA decode: QK over 576 dims, PV over 512 (seed 002: 278,528 FLOP per token per key)
-        flops = 2.0 * b_req * q_len * h * context * ((lat + rope) + lat)
-        kv = b_req * context * (lat + rope) * kvb
-        act = b_req * q_len * h * ((lat + rope) + lat) * 2.0
-        return OpWork(
-            "attn_core",
-            OpKind.ATTENTION,
-            p.attention_dtype,
-            2,
-            flops=flops,
-            bytes_kv=kv,
-            bytes_act=act,
-            shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False},
-        )
+        return mla_core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, heads=h, prefill=prefill)
+    kvb = p.kv_dtype.bytes
     hd = model.head_dim
     kvh = np.maximum(a.kv_heads / tp, 1.0)
     if prefill:
         flops = 2.0 * h * t * (context / 2.0) * hd * 2.0
         act = t * (h * hd * 2 + 2 * kvh * hd) * 2.0 + t * 2 * kvh * hd * kvb
-        return OpWork(
-            "attn_core",
-            OpKind.ATTENTION,
-            p.attention_dtype,
-            2,
-            flops=flops,
-            bytes_act=act,
-            shape={
-                "batch": b_req,
-                "q_len": t / np.maximum(b_req, 1e-9),
-                "context": context,
-                "heads": h,
-                "prefill": True,
-            },
-        )
+        q = t / np.maximum(b_req, 1e-9)
+        return _core(model, "attn_core", flops, act=act, batch=b_req, q_len=q, context=context, heads=h, prefill=True)
     flops = 2.0 * b_req * q_len * h * context * hd * 2.0
     kv = b_req * context * 2.0 * kvh * hd * kvb
+    act = t * h * hd * 2.0 * 2.0
+    return _core(
+        model, "attn_core", flops, act=act, kv=kv, batch=b_req, q_len=q_len, context=context, heads=h, prefill=False
+    )
+
+
+def _bmm(name, t, h, n, k, *, w_bytes, a_bytes, dtype, stage) -> OpWork:
+    """Per-head batched matmul of the absorbed MLA form (h heads, [t, k] x [k, n] each); BF16
+    output, no block scales counted (work: matmul_work)."""
+    flops, b_w, b_in, b_out = matmul_work(
+        t * h, n, k, weights=h, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=2.0, block=0
+    )
     return OpWork(
-        "attn_core",
-        OpKind.ATTENTION,
-        p.attention_dtype,
-        2,
+        name,
+        OpKind.BMM,
+        dtype,
+        stage,
         flops=flops,
-        bytes_kv=kv,
-        bytes_act=t * h * hd * 2.0 * 2.0,
-        shape={"batch": b_req, "q_len": q_len, "context": context, "heads": h, "prefill": False},
+        bytes_weight=b_w * np.ones_like(t),
+        bytes_act=b_in + b_out,
+        shape={"m": t, "n": n * np.ones_like(t), "k": k * np.ones_like(t), "groups": h},
     )
 
 
@@ -113,7 +124,7 @@ def _o_proj_quant(t, width, a_bytes, block):
     write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit."""
     if a_bytes >= 2:
         return []
-    return [elementwise("o_proj_quant", t * width * (2.0 + a_bytes + (4.0 / block if block else 0.0)), stage=2)]
+    return [elementwise("o_proj_quant", t * width * (2.0 + act_elem_bytes(a_bytes, block)), stage=2)]
 
 
 def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> list[OpWork]:
@@ -142,32 +153,10 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
             ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=True))
         else:
             # absorbed form (DeepSeek-V2 paper app. C): q_nope . W_UK, attention over the latent, . W_UV
-            ops.append(
-                OpWork(
-                    "w_uk_bmm",
-                    OpKind.BMM,
-                    p.weight_dtype,
-                    1,
-                    flops=2.0 * t * h * nope * lat,
-                    bytes_weight=h * nope * lat * wb * np.ones_like(t),
-                    bytes_act=t * h * (nope * ab + lat * 2.0),
-                    shape={"m": t, "n": lat * np.ones_like(t), "k": nope * np.ones_like(t), "groups": h},
-                )
-            )
+            ops.append(_bmm("w_uk_bmm", t, h, lat, nope, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=1))
             ops.append(elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1))
             ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=False))
-            ops.append(
-                OpWork(
-                    "w_uv_bmm",
-                    OpKind.BMM,
-                    p.weight_dtype,
-                    2,
-                    flops=2.0 * t * h * lat * vd,
-                    bytes_weight=h * lat * vd * wb * np.ones_like(t),
-                    bytes_act=t * h * (lat * 2.0 + vd * 2.0),
-                    shape={"m": t, "n": vd * np.ones_like(t), "k": lat * np.ones_like(t), "groups": h},
-                )
-            )
+            ops.append(_bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, stage=2))
         ops += _o_proj_quant(t, h * vd, ab, blk)
         ops.append(gemm("o_proj", t, d, h * vd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
     else:
@@ -177,6 +166,6 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill))
         ops += _o_proj_quant(t, h * hd, ab, blk)
         ops.append(gemm("o_proj", t, d, h * hd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
-    ops.append(_tp_allreduce("attn_tp_allreduce", t, d, tp, stage=2))
+    ops.append(allreduce("attn_tp_allreduce", t, d, tp, 2))
     ops.append(elementwise("ffn_norm", t * d * 2.0 * 2.0, stage=2))
     return ops

@@ -19,14 +19,36 @@ import numpy as np
 from moesim.enums import CommMode
 
 
-def dispatch_bytes_per_token(hidden: int, dtype_bytes: float = 1.0, scale_block: int = 128) -> float:
-    """FP8 payload + fp32 scale per `scale_block` values (7168 + 224 = 7392 B for V3, seed 002)."""
+def dispatch_bytes_per_token(
+    hidden: int, dtype_bytes: float = 1.0, scale_block: int = 128, header_bytes: float = 0.0
+) -> float:
+    """FP8 payload + fp32 scale per `scale_block` values (7168 + 224 = 7392 B for V3, seed 002).
+    header_bytes: DeepEP low-latency messages carry a 16-byte header (an int4 of metadata) that
+    its benchmarks count in their bandwidths (test_low_latency.py); the cost model does not."""
     scales = (np.ceil(hidden / scale_block) * 4.0) if (dtype_bytes < 2 and scale_block) else 0.0
-    return float(hidden * dtype_bytes + scales)
+    return float(hidden * dtype_bytes + scales + header_bytes)
 
 
 def combine_bytes_per_token(hidden: int, dtype_bytes: float = 2.0) -> float:
     return float(hidden * dtype_bytes)
+
+
+def a2a_message_bytes(op: str, hidden: int, precision) -> float:
+    """Bytes one token carries in `op` (dispatch | combine) at the model's dispatch/combine dtype."""
+    if op == "dispatch":
+        return dispatch_bytes_per_token(hidden, precision.dispatch_dtype.bytes, 128)
+    return combine_bytes_per_token(hidden, precision.combine_dtype.bytes)
+
+
+def a2a_network_bytes(mode: CommMode, op: str, model, *, tokens, ep, gpus_per_domain, slots):
+    """(rdma_bytes, nvlink_bytes) one rank sends in an EP dispatch or combine of `tokens` tokens:
+    tokens x expected copies per token under the model's group-limited routing (routed_copies)
+    x the per-token message (a2a_message_bytes). The one formula for the workload, `moesim
+    kernel` and the calibration."""
+    m = model.moe
+    rdma_c, nvl_c = routed_copies(mode, ep, gpus_per_domain, slots, m.top_k, m.n_group, m.topk_group)
+    msg = a2a_message_bytes(op, model.hidden_size, model.precision)
+    return tokens * rdma_c * msg, tokens * nvl_c * msg
 
 
 def p_not_hit(slots, slots_in_target, k):

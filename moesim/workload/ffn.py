@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.enums import CommMode, Dtype, OpKind, Stream
+from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-from moesim.workload.comm import combine_bytes_per_token, dispatch_bytes_per_token, ring_allreduce_bytes, routed_copies
-from moesim.workload.ops import OpWork, elementwise, gemm
+from moesim.workload.comm import a2a_network_bytes
+from moesim.workload.ops import OpWork, allreduce, elementwise, gemm, grouped_gemm
 
 # SMs held by comm kernels while in flight. DeepSeek's prefill overlap figure: 108 compute / 24
 # communication SMs for DeepEP normal kernels (OII-016); decode figure 132 / 0 for the low-latency
@@ -19,25 +19,9 @@ from moesim.workload.ops import OpWork, elementwise, gemm
 COMM_SMS = {CommMode.DEEPEP_NORMAL: 24.0}
 
 
-def _act(name, m, width, stage):
+def _act(name, m, width, stage, tags=frozenset()):
     # SiLU(gate) * up, then FP8 re-quantisation of the result: read 2 x width BF16, write width FP8
-    return elementwise(name, m * width * (2.0 * 2.0 + 1.0), stage=stage)
-
-
-def _allreduce(name, m, d, n, stage):
-    msg = m * d * 2.0
-    return OpWork(
-        name=name,
-        kind=OpKind.COLLECTIVE,
-        dtype=Dtype.BF16,
-        stage=stage,
-        stream=Stream.COMM,
-        net_bytes_nvlink=ring_allreduce_bytes(n, msg),
-        group=n,
-        comm_op="all_reduce",
-        shape={"bytes": msg, "gpus": n},
-        present=(np.asarray(n) > 1).astype(float),
-    )
+    return elementwise(name, m * width * (2.0 * 2.0 + 1.0), stage=stage, tags=tags)
 
 
 def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
@@ -48,7 +32,7 @@ def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
         gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
         _act("mlp_act", t, width, 3),
         gemm("mlp_down", t, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=4),
-        _allreduce("mlp_tp_allreduce", t, d, tp, 4),
+        allreduce("mlp_tp_allreduce", t, d, tp, 4),
     ]
     return ops
 
@@ -61,6 +45,55 @@ def expected_active_slots(slots_per_rank, slots, top_k, tokens_in_group):
     return slots_per_rank * (1.0 - p_idle)
 
 
+ROUTED_TAGS = frozenset({Tag.ROUTED})
+A2A_TAGS = {"dispatch": frozenset({Tag.A2A, Tag.DISPATCH}), "combine": frozenset({Tag.A2A, Tag.COMBINE})}
+
+
+def all_to_all(
+    model: ModelSpec, hw: HardwareSpec, op: str, comm: CommMode, *, tokens, ep, slots, stage, present, moe_tp=1.0
+) -> OpWork:
+    """EP dispatch or combine of `tokens` tokens sent by one rank, each once per expert-TP shard
+    (bytes: comm.a2a_network_bytes)."""
+    comm = CommMode(comm)
+    rdma, nvl = a2a_network_bytes(comm, op, model, tokens=tokens, ep=ep, gpus_per_domain=hw.domain_gpus, slots=slots)
+    p = model.precision
+    return OpWork(
+        name=op,
+        kind=OpKind.ALL_TO_ALL,
+        dtype=p.dispatch_dtype if op == "dispatch" else p.combine_dtype,
+        stage=stage,
+        stream=Stream.COMM,
+        net_bytes_rdma=rdma * moe_tp,
+        net_bytes_nvlink=nvl * moe_tp,
+        group=ep,
+        comm_op=op,
+        shape={"ep": ep, "tokens": tokens, "mode": comm.value},
+        present=present,
+        sm_share=COMM_SMS.get(comm, 0.0) / hw.sms,
+        tags=A2A_TAGS[op],
+    )
+
+
+def routed_experts(model: ModelSpec, *, pairs, slots_per_rank, active, moe_tp, layout: str) -> list[OpWork]:
+    """Routed experts on one EP rank: grouped gate/up GEMM, activation, grouped down GEMM over
+    `pairs` token-expert pairs spread over `slots_per_rank` groups, `active` of them non-empty."""
+    m, d, p = model.moe, model.hidden_size, model.precision
+    wi = m.expert_intermediate_size / moe_tp
+    kw = dict(
+        groups=slots_per_rank,
+        active=active,
+        w_bytes=p.weight_dtype.bytes,
+        a_bytes=p.activation_dtype.bytes,
+        dtype=p.weight_dtype,
+        block=p.weight_block,
+        layout=layout,
+    )
+    up = grouped_gemm("experts_gate_up", pairs, 2 * wi, d, tags=ROUTED_TAGS, **kw)
+    act = _act("experts_act", pairs, wi, 4, tags=ROUTED_TAGS)
+    down = grouped_gemm("experts_down", pairs, d, wi, tags=ROUTED_TAGS | {Tag.EXPERTS_DOWN}, **kw)
+    return [up, act, down]
+
+
 def moe_ops(
     model: ModelSpec, hw: HardwareSpec, *, t, tp, dp, ep, moe_tp, redundant, comm: CommMode, prefill: bool
 ) -> list[OpWork]:
@@ -71,29 +104,13 @@ def moe_ops(
         gemm("router", t, m.num_experts, d, w_bytes=2.0, a_bytes=2.0, out_bytes=4.0, dtype=Dtype.BF16, block=0, stage=2)
     ]
     has_ep = (ep > 1).astype(float)
-    # --- dispatch (stage 3): tokens per GPU = t / tp (DP attention + sequence-parallel scatter)
-    src_tokens = t / tp
+    # --- dispatch (stage 3) / combine (stage 4): tokens per GPU = t / tp (DP attention +
+    # sequence-parallel scatter)
     slots = m.num_experts + redundant
-    # group-limited routing (V3: top-4 of 8 expert groups) confines a token to fewer nodes
-    rdma_c, nvl_c = routed_copies(comm, ep, hw.domain_gpus, slots, k, m.n_group, m.topk_group)
-    disp_msg = dispatch_bytes_per_token(d, p.dispatch_dtype.bytes, 128)
-    comb_msg = combine_bytes_per_token(d, p.combine_dtype.bytes)
-    sm_share = COMM_SMS.get(comm, 0.0) / hw.sms
-    for name, msg, stage in (("dispatch", disp_msg, 3), ("combine", comb_msg, 4)):
+    for name, stage in (("dispatch", 3), ("combine", 4)):
         ops.append(
-            OpWork(
-                name=name,
-                kind=OpKind.ALL_TO_ALL,
-                dtype=p.dispatch_dtype if name == "dispatch" else p.combine_dtype,
-                stage=stage,
-                stream=Stream.COMM,
-                net_bytes_rdma=src_tokens * rdma_c * msg * moe_tp,
-                net_bytes_nvlink=src_tokens * nvl_c * msg * moe_tp,
-                group=ep,
-                comm_op=name,
-                shape={"ep": ep, "tokens": src_tokens, "mode": comm.value},
-                present=has_ep,
-                sm_share=sm_share,
+            all_to_all(
+                model, hw, name, comm, tokens=t / tp, ep=ep, slots=slots, stage=stage, present=has_ep, moe_tp=moe_tp
             )
         )
     # --- shared expert (stage 3): one copy per EP rank, tokens t*moe_tp/tp, sharded by moe_tp
@@ -109,31 +126,7 @@ def moe_ops(
     spr = slots / ep
     pairs = t * dp * k / ep  # token-expert pairs landing on one EP rank (uniform routing)
     active = expected_active_slots(spr, slots, k, t * dp)
-    wi = m.expert_intermediate_size / moe_tp
     layout = "contiguous" if prefill else "masked"
-    wscale = 4.0 / (blk * blk) if (wb < 2 and blk) else 0.0
-    ascale = 4.0 / blk if (ab < 2 and blk) else 0.0
-    for name, n_, k_ in (("experts_gate_up", 2 * wi, d), ("experts_down", d, wi)):
-        ops.append(
-            OpWork(
-                name=name,
-                kind=OpKind.GROUPED_GEMM,
-                dtype=p.weight_dtype,
-                stage=4,
-                flops=2.0 * pairs * n_ * k_,
-                bytes_weight=active * n_ * k_ * (wb + wscale),
-                bytes_act=pairs * (k_ * (ab + ascale) + n_ * 2.0),
-                shape={
-                    "m": pairs / np.maximum(spr, 1e-9),
-                    "n": n_ * np.ones_like(pairs),
-                    "k": k_ * np.ones_like(pairs),
-                    "groups": spr * np.ones_like(pairs),
-                    "layout": layout,
-                    "routed": True,
-                },
-            )
-        )
-        if name == "experts_gate_up":
-            ops.append(_act("experts_act", pairs, wi, 4))
-    ops.append(_allreduce("moe_tp_allreduce", np.where(ep > 1, pairs, t * moe_tp / tp), d, moe_tp, 4))
+    ops += routed_experts(model, pairs=pairs, slots_per_rank=spr, active=active, moe_tp=moe_tp, layout=layout)
+    ops.append(allreduce("moe_tp_allreduce", np.where(ep > 1, pairs, t * moe_tp / tp), d, moe_tp, 4))
     return ops

@@ -1,4 +1,5 @@
-"""OpWork: what one op does per GPU per layer (arrays shaped like the Grid)."""
+"""OpWork: what one op does per GPU per layer (arrays shaped like the Grid), and the one GEMM
+work formula (FLOPs and bytes incl. FP8 block scales) every caller uses."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.enums import Dtype, OpKind, Stream
+from moesim.workload.comm import ring_allreduce_bytes
 
 
 @dataclass
@@ -28,10 +30,47 @@ class OpWork:
     shape: dict = field(default_factory=dict)  # kernel shape for efficiency curves
     present: np.ndarray = 1.0  # 0 where the op does not exist for a config (e.g. tp == 1 all-reduce)
     sm_share: float = 0.0  # SMs a comm kernel holds while in flight (fraction of the GPU)
+    tags: frozenset = frozenset()  # moesim.enums.Tag: what the schedule and the imbalance read
 
     @property
     def bytes_total(self):
         return np.asarray(self.bytes_weight) + np.asarray(self.bytes_act) + np.asarray(self.bytes_kv)
+
+
+def scale_bytes(dtype_bytes: float, block: int, elements_per_scale: float) -> float:
+    """Bytes of FP8 block scales per tensor element: one fp32 scale per `elements_per_scale`
+    elements of a sub-16-bit tensor with block scaling (`block` > 0), else 0 (DeepSeek-V3 report
+    sec. 3.3: 128x128 weight blocks -> elements_per_scale = 128**2; 1x128 activation tiles -> 128)."""
+    return 4.0 / elements_per_scale if (dtype_bytes < 2 and block) else 0.0
+
+
+def weight_elem_bytes(w_bytes: float, block: int) -> float:
+    """Bytes per weight incl. its share of the fp32 scale of its block x block weight block."""
+    return w_bytes + scale_bytes(w_bytes, block, float(block) * block)
+
+
+def act_elem_bytes(a_bytes: float, block: int) -> float:
+    """Bytes per activation incl. its share of the fp32 scale of its 1 x block tile."""
+    return a_bytes + scale_bytes(a_bytes, block, float(block))
+
+
+def matmul_work(rows, n, k, *, weights=1.0, w_bytes: float, a_bytes: float, out_bytes: float = 2.0, block: int = 128):
+    """(flops, weight_bytes, input_act_bytes, output_bytes) of `rows` rows through [k, n] weights.
+
+    A GEMM [m, k] x [k, n] is rows = m, weights = 1 (Perplexity seed 004: FLOP = 2mkn; bytes =
+    mk + nk + mn, by dtype); a grouped GEMM is rows = all rows of all groups, weights = the weight
+    matrices read (groups). FP8 block scaling counted in bytes: one fp32 scale per block x block
+    weight block and per 1 x block activation tile (DeepSeek-V3 report sec. 3.3); block = 0 counts
+    no scales (DeepGEMM README's byte convention, used by the efficiency fit).
+    """
+    rows = np.asarray(rows, float)
+    n = np.asarray(n, float)
+    k = np.asarray(k, float)
+    w_elem = weight_elem_bytes(w_bytes, block)
+    a_elem = act_elem_bytes(a_bytes, block)
+    flops = 2.0 * rows * n * k
+    b_weight = np.asarray(weights, float) * n * k * w_elem
+    return flops, b_weight, rows * k * a_elem, rows * n * out_bytes
 
 
 def gemm(
@@ -46,33 +85,69 @@ def gemm(
     dtype=Dtype.FP8,
     stage=1,
     block: int = 128,
-    count=1.0,
     present=1.0,
+    tags=frozenset(),
 ) -> OpWork:
-    """[m, k] x [k, n] GEMM (Perplexity seed 004: FLOP = 2mkn; bytes = mk + nk + mn, by dtype).
-
-    FP8 block scaling counted in bytes: one fp32 scale per 128x128 weight block and per 1x128
-    activation tile (DeepSeek-V3 report sec. 3.3).
-    """
+    """One [m, k] x [k, n] GEMM (work: matmul_work)."""
     m = np.asarray(m, float)
-    n = np.asarray(n, float)
-    k = np.asarray(k, float)
-    wscale = 4.0 / (block * block) if (w_bytes < 2 and block) else 0.0
-    ascale = 4.0 / block if (a_bytes < 2 and block) else 0.0
+    flops, b_w, b_in, b_out = matmul_work(m, n, k, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=out_bytes, block=block)
     return OpWork(
         name=name,
         kind=OpKind.GEMM,
         dtype=Dtype(dtype),
         stage=stage,
-        flops=count * 2.0 * m * n * k,
-        bytes_weight=count * n * k * (w_bytes + wscale) * np.ones_like(m),
-        bytes_act=count * (m * k * (a_bytes + ascale) + m * n * out_bytes),
+        flops=flops,
+        bytes_weight=b_w * np.ones_like(m),
+        bytes_act=b_in + b_out,
         shape={"m": m, "n": n * np.ones_like(m), "k": k * np.ones_like(m)},
         present=present,
+        tags=frozenset(tags),
     )
 
 
-def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0) -> OpWork:
+def grouped_gemm(
+    name,
+    rows,
+    n,
+    k,
+    *,
+    groups,
+    active,
+    w_bytes: float,
+    a_bytes: float,
+    dtype,
+    block: int,
+    layout: str,
+    stage: int = 4,
+    tags=frozenset(),
+) -> OpWork:
+    """Grouped GEMM over `groups` weight matrices [k, n] (DeepGEMM masked/contiguous layouts):
+    `rows` rows in all, `active` matrices read (groups that receive >= 1 row). BF16 output."""
+    rows = np.asarray(rows, float)
+    flops, b_w, b_in, b_out = matmul_work(
+        rows, n, k, weights=active, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=2.0, block=block
+    )
+    groups = np.asarray(groups, float)
+    return OpWork(
+        name=name,
+        kind=OpKind.GROUPED_GEMM,
+        dtype=Dtype(dtype),
+        stage=stage,
+        flops=flops,
+        bytes_weight=b_w,
+        bytes_act=b_in + b_out,
+        shape={
+            "m": rows / np.maximum(groups, 1e-9),
+            "n": n * np.ones_like(rows),
+            "k": k * np.ones_like(rows),
+            "groups": groups * np.ones_like(rows),
+            "layout": layout,
+        },
+        tags=frozenset(tags),
+    )
+
+
+def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset()) -> OpWork:
     return OpWork(
         name=name,
         kind=OpKind.ELEMENTWISE,
@@ -81,4 +156,22 @@ def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0) -> OpWork:
         flops=flops,
         bytes_act=np.asarray(nbytes, float),
         present=present,
+        tags=frozenset(tags),
+    )
+
+
+def allreduce(name, tokens, hidden, group, stage) -> OpWork:
+    """Ring all-reduce of `tokens` BF16 hidden states over `group` ranks (absent when group = 1)."""
+    msg = tokens * hidden * 2.0
+    return OpWork(
+        name=name,
+        kind=OpKind.COLLECTIVE,
+        dtype=Dtype.BF16,
+        stage=stage,
+        stream=Stream.COMM,
+        net_bytes_nvlink=ring_allreduce_bytes(group, msg),
+        group=group,
+        comm_op="all_reduce",
+        shape={"bytes": msg, "gpus": group},
+        present=(np.asarray(group) > 1).astype(float),
     )

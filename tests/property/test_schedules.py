@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.api import estimate
-from moesim.enums import OpKind, Stream
+from moesim.enums import OpKind, Stream, Tag
 from moesim.perf.cost import OpCost
 from moesim.schedule.schemes import SCHEMES, layer_period
 
@@ -28,7 +28,8 @@ def _costs(times, disp, comb, sm_share=0.0):
     for (name, stage), t in zip(COMPUTE_OPS, times):
         t = np.asarray(t, float)
         z = np.zeros_like(t)
-        out.append(OpCost(name, Stream.COMPUTE, stage, t, t, z, z, z.astype(int), "roofline", z, z))
+        tags = frozenset({Tag.ROUTED, Tag.EXPERTS_DOWN}) if name == "experts_down" else frozenset()
+        out.append(OpCost(name, Stream.COMPUTE, stage, t, t, z, z, z.astype(int), "roofline", z, z, tags=tags))
     for name, stage, t in (("dispatch", 3, disp), ("combine", 4, comb)):
         t = np.asarray(t, float)
         z = np.zeros_like(t)
@@ -47,6 +48,7 @@ def _costs(times, disp, comb, sm_share=0.0):
                 z,
                 sm_share=sm_share,
                 kind=OpKind.ALL_TO_ALL,
+                tags=frozenset({Tag.A2A, Tag.DISPATCH if name == "dispatch" else Tag.COMBINE}),
             )
         )
     return out

@@ -266,7 +266,7 @@ def deepep_rows(df: pd.DataFrame) -> list[dict]:
         op = "dispatch" if "dispatch" in kern else "combine"
         t = float(lat.value.iloc[0]) * 1e-6
         bw = float(bwr.value.iloc[0]) if not bwr.empty else None
-        per_logical = (HIDDEN + HIDDEN / 128 * 4 + 16) if op == "dispatch" else HIDDEN * 2.0
+        per_logical = dispatch_bytes_per_token(HIDDEN, header_bytes=16) if op == "dispatch" else bc
         logical = 128 * TOPK * per_logical
         if bw is not None and abs(logical / t / 1e9 / bw - 1) > 0.06:
             raise CalibrationError(f"{lat.id.iloc[0]}: latency and logical bandwidth disagree")
