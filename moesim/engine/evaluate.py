@@ -14,8 +14,8 @@ import numpy as np
 
 from moesim import workload as W
 from moesim.balance.factors import apply_factors, factors_for
-from moesim.engine.summary import CORE, Summary
-from moesim.enums import BoundCode, CommMode, CostMode, Overlap, Phase
+from moesim.engine.summary import Summary
+from moesim.enums import BoundCode, CommMode, CostMode, Overlap, Phase, Tag
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid, distinct_rows
 from moesim.metrics.memory import max_batch, memory
@@ -89,7 +89,8 @@ class _Pricer:
         op = core_op(self.model, t=t, b_req=b_req, q_len=q_len, context=grid.context, tp=grid.tp,
                      prefill=phase == Phase.PREFILL)  # fmt: skip
         core = apply_factors([self.cm.cost(op)], {k: v for k, v in factors.items() if k == "attention"})[0]
-        return Summary(wl, groups, ub, skip=CORE).expand(inv, core)
+        # the attention core (Tag.CORE) is the only op whose cost depends on the context length
+        return Summary(wl, groups, ub, skip=(Tag.CORE,)).expand(inv, core)
 
 
 def _ideal_times(sm: Summary):

@@ -8,8 +8,6 @@ from moesim.enums import BoundCode
 from moesim.schedule.primitives import seq
 from moesim.schedule.schemes import StageSums, ideal_period
 
-CORE = ("attn_core", "mtp_attn_core")  # the only ops whose cost depends on the context length
-
 
 class Summary:
     """A priced workload (one micro-batch count) reduced to what schedules and metrics need:
@@ -19,7 +17,7 @@ class Summary:
         self.ub = ub
         self.n_moe, self.n_dense, self.mtp_count = wl.n_moe_layers, wl.n_dense_layers, wl.mtp_count
         self.has = {name: bool(groups[name]) for name in groups}
-        keep = {name: [c for c in groups[name] if c.name not in skip] for name in groups}
+        keep = {name: [c for c in groups[name] if not (set(skip) & c.tags)] for name in groups}
         self.sums = {name: StageSums(keep[name]) for name in ("moe_layer", "dense_layer")}
         mtp = groups["mtp"]
         self.extra = {
