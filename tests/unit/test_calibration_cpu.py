@@ -20,6 +20,8 @@ from moesim.calibration.records import read_csv_rows, write_rows  # noqa: E402
 from moesim.cli.calibrate import run_kernel  # noqa: E402
 from moesim.perf.profile import Profile, read_profile_file  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real kernel timings on the CPU (seconds each)
+
 HELD_BACK_M = "64"
 MEDIAN_BOUND = 0.35
 
