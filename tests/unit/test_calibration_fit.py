@@ -392,6 +392,7 @@ def test_missing_library_is_skipped_and_writes_nothing(tmp_path):
     assert "not importable" in printed[0] or "needs a CUDA device" in printed[0]
 
 
+@pytest.mark.slow  # the whole fit a second time, through the CLI
 def test_cli_fit_prints_the_cv_table(tmp_path):
     from typer.testing import CliRunner
 
