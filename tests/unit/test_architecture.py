@@ -67,7 +67,7 @@ def imported_modules(name: str, source: str, is_package: bool, known: set[str]) 
     """(target module, line) for every moesim import anywhere in the file, lazy ones included.
     `from a import b` points at a.b when a.b is a module, else at a."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_tree(source)):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -172,10 +172,20 @@ def extra_top_level(names, allowed=TOP_LEVEL_ALLOWED) -> list[str]:
     return sorted(set(names) - allowed)
 
 
+@cache
+def _tokens(source: str) -> tuple[tokenize.TokenInfo, ...]:
+    return tuple(tokenize.generate_tokens(io.StringIO(source).readline))
+
+
+@cache
+def _tree(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
 def _code_lines(source: str) -> set[int]:
     """Line numbers that hold code (not blank, not only a comment)."""
     lines = set()
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+    for tok in _tokens(source):
         if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
             lines.update(range(tok.start[0], tok.end[0] + 1))
     return lines
@@ -184,7 +194,7 @@ def _code_lines(source: str) -> set[int]:
 def long_functions(source: str, where: str = "<src>", limit: int = MAX_FUNCTION_LINES) -> list[str]:
     code = _code_lines(source)
     bad = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_tree(source)):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         body = node.body
@@ -201,7 +211,7 @@ def long_functions(source: str, where: str = "<src>", limit: int = MAX_FUNCTION_
 
 def _comment_lines(source: str) -> tuple[set[int], set[int]]:
     """(lines holding a comment, lines holding only a comment)."""
-    toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    toks = [t for t in _tokens(source) if t.type == tokenize.COMMENT]
     return {t.start[0] for t in toks}, {t.start[0] for t in toks if not t.line[: t.start[1]].strip()}
 
 
@@ -210,7 +220,7 @@ def uncommented_lazy_imports(source: str, where: str = "<src>") -> list[str]:
     the line before, or before the run of adjacent imports they belong to."""
     comments, alone = _comment_lines(source)
     bad = []
-    for scope in ast.walk(ast.parse(source)):
+    for scope in ast.walk(_tree(source)):
         if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         for body in _bodies(scope):
