@@ -1,6 +1,7 @@
 """Hypothesis properties of the EPLB placement over random loads and shapes."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ def configs(draw):
     return w, slots, groups, nodes, gpus
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_eplb_invariants(cfg):
@@ -58,6 +60,7 @@ def test_eplb_invariants(cfg):
                 assert len(set(node[layer][res.phy2log[layer] == e])) == 1
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=150, deadline=None)
 @given(
     experts=st.sampled_from([8, 16, 24, 32, 48, 64, 96, 128]),

@@ -1,9 +1,13 @@
 """Fuzz the spec loaders: random mutations of the shipped model/hardware YAMLs and random YAML
-documents (written to tmp files, read by `load_model` / `load_hardware`), and random mutations of
-the Hugging Face configs in tests/data/hf_configs plus random dicts (`mapping_from_hf_config`,
-then the strict builder). Every case must end in a valid spec or a clean error: a MoesimError
-subclass whose message is one short line. A seeded mutation loop (not hypothesis) keeps >= 10,000
-cases well inside a minute; a failure prints the seed and case number to replay it.
+documents, and random mutations of the Hugging Face configs in tests/data/hf_configs plus random
+dicts (`mapping_from_hf_config`, then the strict builder). Every case must end in a valid spec or a
+clean error: a MoesimError subclass whose message is one short line. A seeded mutation loop (not
+hypothesis) keeps >= 10,000 cases; a failure prints the seed and case number to replay it.
+
+In memory: structured mutations go straight to the strict builder (`build`, what `load_model` /
+`load_hardware` call after reading the file), damaged text goes through the loader's reader
+(`read_mapping`) on an in-memory file. Every FILE_EVERY-th case of each kind still goes through a
+real file and `load_model` / `load_hardware`, so the file path stays covered.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import yaml
 from moesim.errors import MoesimError
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.hf_import import mapping_from_hf_config
-from moesim.specs.loader import load_hardware, load_model
+from moesim.specs.loader import load_hardware, load_model, read_mapping
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
 
@@ -32,6 +36,7 @@ HW_FILES = sorted((ROOT / "hardware").glob("*.yaml"))
 HF_FILES = sorted((ROOT / "tests" / "data" / "hf_configs").glob("*.json"))
 SEED = int(os.environ.get("MOESIM_FUZZ_SEED", "20261130"))
 MAX_MESSAGE = 1200
+FILE_EVERY = 50  # one case in 50 of each YAML kind is written to a file and loaded from it
 
 WORDS = [
     "mla",
@@ -292,10 +297,48 @@ def run_file_case(path: Path, loader, checker, ctx: str) -> str:
     return "valid"
 
 
+def run_mapping_case(thunk, checker, ctx: str) -> str:
+    """Same outcome rules as run_file_case, for a spec built in memory."""
+    try:
+        spec = thunk()
+    except MoesimError as e:
+        check_error(e, ctx)
+        return "error"
+    checker(spec, ctx)
+    return "valid"
+
+
+class MemFile:
+    """What `read_mapping` uses of a Path (suffix, read_text, str), held in memory."""
+
+    def __init__(self, name: str, content: str | bytes):
+        self.name, self.suffix, self.content = name, Path(name).suffix, content
+
+    def read_text(self, encoding="utf-8"):
+        return self.content.decode(encoding) if isinstance(self.content, bytes) else self.content
+
+    def __str__(self):
+        return self.name
+
+
+SPEC_OF = {load_model: ModelSpec, load_hardware: HardwareSpec}
+
+
+def run_case(i: int, f: Path, content: str | bytes, loader, checker, ctx: str) -> str:
+    """Every FILE_EVERY-th case through a real file and the loader, the rest in memory through the
+    loader's own reader and builder."""
+    if i % FILE_EVERY == 0:
+        f.write_bytes(content) if isinstance(content, bytes) else f.write_text(content, encoding="utf-8")
+        return run_file_case(f, loader, checker, ctx)
+    mem = MemFile(str(f), content)
+    return run_mapping_case(lambda: build(SPEC_OF[loader], read_mapping(mem), file=str(mem)), checker, ctx)
+
+
 def _dump(data) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000)
 
 
+@pytest.mark.slow
 def test_fuzz_spec_loaders(tmp_path, capsys):
     rng = random.Random(SEED)
     t0 = time.perf_counter()
@@ -307,31 +350,36 @@ def test_fuzz_spec_loaders(tmp_path, capsys):
     texts = {p: p.read_text() for p, *_ in shipped}
     f = tmp_path / "spec.yaml"
 
-    # 1. structured mutations of the shipped YAMLs, written to a file and loaded (~2,600 cases)
+    # 1. structured mutations of the shipped YAMLs (~2,600 cases): the mapping goes to the strict
+    #    builder (a YAML round trip returns the same mapping), one in FILE_EVERY via a file
     for i in range(2600):
         path, loader, checker, data = shipped[i % len(shipped)]
         d = mutate(rng, copy.deepcopy(data), rng.choice([1, 1, 1, 2, 3, 5]))
-        f.write_text(_dump(d), encoding="utf-8")
-        counts[run_file_case(f, loader, checker, f"yaml mutation {i} of {path.name} (seed {SEED})")] += 1
+        ctx = f"yaml mutation {i} of {path.name} (seed {SEED})"
+        if i % FILE_EVERY == 0:
+            counts[run_case(i, f, _dump(d), loader, checker, ctx)] += 1
+        else:
+            counts[run_mapping_case(lambda d=d, cls=SPEC_OF[loader]: build(cls, d, file=str(f)), checker, ctx)] += 1
         n += 1
     # 2. text-level damage of the shipped YAMLs (~1,200 cases)
     for i in range(1200):
         path, loader, checker, _ = shipped[i % len(shipped)]
-        f.write_text(mutate_text(rng, texts[path]), encoding="utf-8")
-        counts[run_file_case(f, loader, checker, f"text mutation {i} of {path.name} (seed {SEED})")] += 1
+        ctx = f"text mutation {i} of {path.name} (seed {SEED})"
+        counts[run_case(i, f, mutate_text(rng, texts[path]), loader, checker, ctx)] += 1
         n += 1
     # 3. random YAML documents (and a few non-mapping / empty / binary files) (~700 cases)
     for i in range(700):
         kind = rng.random()
         if kind < 0.1:
-            f.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randint(0, 64))))
+            content = bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
         elif kind < 0.2:
-            f.write_text(rng.choice(["", "\n", "---\n", "- 1\n- 2\n", "42\n", "null\n", "'text'\n", "{}\n"]))
+            content = rng.choice(["", "\n", "---\n", "- 1\n- 2\n", "42\n", "null\n", "'text'\n", "{}\n"])
         else:
-            doc = {rng.choice(KEYS): weird_value(rng) for _ in range(rng.randint(0, 8))}
-            f.write_text(_dump(doc), encoding="utf-8")
+            content = _dump({rng.choice(KEYS): weird_value(rng) for _ in range(rng.randint(0, 8))})
         loader, checker = (load_model, check_model) if i % 2 else (load_hardware, check_hardware)
-        counts[run_file_case(f, loader, checker, f"random yaml {i} (seed {SEED})")] += 1
+        # binary files always go through a real file (the reader's decode error is the point)
+        j = 0 if isinstance(content, bytes) else i
+        counts[run_case(j, f, content, loader, checker, f"random yaml {i} (seed {SEED})")] += 1
         n += 1
     t_yaml = time.perf_counter() - t0
 
@@ -367,7 +415,7 @@ def test_fuzz_spec_loaders(tmp_path, capsys):
     with capsys.disabled():
         print(
             f"\nfuzz cases: {n:,} ({counts['valid']:,} valid specs, {counts['error']:,} clean errors) in "
-            f"{elapsed:.1f} s (YAML files {t_yaml:.1f} s)"
+            f"{elapsed:.1f} s (YAML cases {t_yaml:.1f} s)"
         )
     assert n >= 10_000
     assert counts["valid"] > 100 and counts["error"] > 1000  # the mutations reach both outcomes

@@ -138,6 +138,7 @@ def _num(r, key) -> float:
 
 
 # ------------------------------------------------------------------------------------ finite
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, **SETTINGS)
 @given(configs())
 def test_outputs_finite_and_positive(cfg):
@@ -176,6 +177,7 @@ def _raise(hw_name: str, what: str, k: float) -> list:
     raise AssertionError(what)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=250, **SETTINGS)
 @given(configs(), st.sampled_from(("hbm", "flops", "rdma", "nvlink")), st.sampled_from((1.01, 1.25, 2.0, 8.0)))
 def test_more_bandwidth_or_flops_never_slows_a_step(cfg, what, k):
@@ -188,6 +190,7 @@ def test_more_bandwidth_or_flops_never_slows_a_step(cfg, what, k):
     assert faster_hw <= base * (1 + REL), (what, k, base, faster_hw, cfg)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=150, **SETTINGS)
 @given(configs(), st.sampled_from((1.01, 1.5, 4.0)))
 def test_more_memory_never_breaks_fit_and_fits_matches_bytes(cfg, k):
@@ -200,6 +203,7 @@ def test_more_memory_never_breaks_fit_and_fits_matches_bytes(cfg, k):
     assert r2.memory["capacity_bytes"] >= r.memory["capacity_bytes"]
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, **SETTINGS)
 @given(configs(phases=("decode",), overlaps=False))
 def test_decode_max_batch_consistent_with_fits(cfg):
@@ -209,6 +213,7 @@ def test_decode_max_batch_consistent_with_fits(cfg):
 
 
 # ------------------------------------------------------------------------------------ agreement
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=80, **SETTINGS)
 @given(configs())
 def test_sweep_row_equals_estimate(cfg):
@@ -245,6 +250,7 @@ def test_sweep_row_equals_estimate(cfg):
     assert row["overlap"] == r.config["overlap"]
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=150, **SETTINGS)
 @given(configs())
 def test_overlap_auto_never_slower_than_serial(cfg):

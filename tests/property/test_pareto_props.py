@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ wide = st.floats(allow_nan=True, allow_infinity=True, width=64)
 points = st.lists(st.tuples(st.one_of(small, wide), st.one_of(small, wide)), max_size=60)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=400, deadline=None)
 @given(points)
 def test_mask_equals_oracle(pts):
@@ -44,6 +46,7 @@ def test_mask_equals_oracle(pts):
     assert np.array_equal(pareto_mask(x, y), oracle(x, y))
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=40))
 def test_frontier_properties(pts):
@@ -60,6 +63,7 @@ def test_frontier_properties(pts):
     assert np.array_equal(pareto_mask(x[perm], y[perm]), m[perm])
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from("abc")), min_size=1, max_size=40))
 def test_grouped_frontier_is_per_group_mask(rows):

@@ -58,6 +58,7 @@ times_st = st.lists(st.floats(0.0, 500e-6, allow_nan=False), min_size=len(COMPUT
 comm_st = st.floats(0.0, 2e-3, allow_nan=False)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, deadline=None)
 @given(times_st, comm_st, comm_st, st.sampled_from([0.0, 24 / 132]), st.sampled_from(sorted(SCHEMES)))
 def test_overlap_never_worse_than_serial_execution(times, disp, comb, share, name):
@@ -67,6 +68,7 @@ def test_overlap_never_worse_than_serial_execution(times, disp, comb, share, nam
     assert float(layer_period(costs, scheme)) <= serial_same_costs * (1 + 1e-9) + 1e-15
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, deadline=None)
 @given(times_st, st.sampled_from(sorted(SCHEMES)))
 def test_zero_comm_equals_serial_compute(times, name):
@@ -76,6 +78,7 @@ def test_zero_comm_equals_serial_compute(times, name):
     assert float(layer_period(costs, scheme)) == pytest.approx(scheme.micro_batches * sum(times), rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=100, deadline=None)
 @given(times_st, comm_st, comm_st, st.floats(1.0, 4.0), st.sampled_from(sorted(SCHEMES)))
 def test_longer_comm_never_speeds_up(times, disp, comb, f, name):
@@ -123,6 +126,7 @@ def test_halving_a_rate_never_speeds_a_step(field, overlap):
     assert slow >= base * (1 - 1e-12)
 
 
+@pytest.mark.slow  # hypothesis, 100+ examples
 @settings(max_examples=200, deadline=None)
 @given(times_st, comm_st, comm_st, st.sampled_from([0.0, 24 / 132]), st.sampled_from(sorted(SCHEMES)))
 def test_two_layers_reach_steady_state(times, disp, comb, share, name):

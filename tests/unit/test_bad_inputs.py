@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from moesim.errors import MoesimError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli_subprocess
 
 
 @dataclass(frozen=True)
@@ -548,10 +548,11 @@ def test_bad_input(case, files):
 SUBPROCESS = [c for c in CASES if c.subprocess]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
 def test_bad_input_as_a_user_sees_it(case, files):
     """The same contract through a real `python -m moesim.cli` process (no in-process shortcuts)."""
-    p = run_cli(*[a.format(**files) for a in case.args])
+    p = run_cli_subprocess(*[a.format(**files) for a in case.args])
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = [x for x in p.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr

@@ -10,15 +10,23 @@ is descheduled, which makes timings erratic rather than just slow.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the CPU calibration runners need torch (pip install torch==2.13.0)")
+from moesim.calibration import fit as F
+from moesim.calibration.records import read_csv_rows, write_rows
+from moesim.cli.calibrate import run_kernel
+from moesim.perf.profile import Profile, read_profile_file
 
-from moesim.calibration import fit as F  # noqa: E402
-from moesim.calibration.records import read_csv_rows, write_rows  # noqa: E402
-from moesim.cli.calibrate import run_kernel  # noqa: E402
-from moesim.perf.profile import Profile, read_profile_file  # noqa: E402
+pytestmark = [
+    pytest.mark.slow,  # real kernel timings on the CPU (seconds each)
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None,
+        reason="the CPU calibration runners need torch (pip install torch==2.13.0)",
+    ),
+]
 
 HELD_BACK_M = "64"
 MEDIAN_BOUND = 0.35
@@ -26,6 +34,8 @@ MEDIAN_BOUND = 0.35
 
 @pytest.fixture(autouse=True)
 def _restore_threads():
+    import torch  # here, not at module top: importing torch costs seconds even when these tests are deselected
+
     n = torch.get_num_threads()
     yield
     torch.set_num_threads(n)

@@ -35,6 +35,7 @@ def h800_fit():
 
 
 # ---------------------------------------------------------------------------- CV on published tables
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 @pytest.mark.parametrize(
     "name",
     [
@@ -54,6 +55,7 @@ def test_cv_median_error_within_10pct_on_published_h800(h800_fit, name):
     assert row["median_abs_pct"] <= 10.0, row
 
 
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 def test_fit_uses_only_current_kernel_rows(h800_fit):
     used = h800_fit["rows_used"]
     assert used["gemm"] == 18 and used["grouped_gemm"] == 10  # 2025-04-09 README table, superseded rows excluded
@@ -64,6 +66,7 @@ def test_fit_uses_only_current_kernel_rows(h800_fit):
         assert "DG-085" not in ids and "DG-105" not in ids  # superseded DeepGEMM versions
 
 
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 def test_fitted_deepep_parameters_are_physical(h800_fit):
     hw = load_hardware("h800")
     for mode in ("deepep-ll", "deepep-normal"):
@@ -74,6 +77,7 @@ def test_fitted_deepep_parameters_are_physical(h800_fit):
             assert 80 <= p["nvlink_GBps"] <= hw.nvlink_bw_GBps
 
 
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 def test_shipped_h800_profile_is_the_fit_of_the_shipped_csvs(h800_fit):
     shipped = read_profile_file(PROFILES / "h800.yaml")
     for fam in ("gemm", "grouped_gemm"):
@@ -392,6 +396,7 @@ def test_missing_library_is_skipped_and_writes_nothing(tmp_path):
     assert "not importable" in printed[0] or "needs a CUDA device" in printed[0]
 
 
+@pytest.mark.slow  # the whole fit a second time, through the CLI
 def test_cli_fit_prints_the_cv_table(tmp_path):
     from typer.testing import CliRunner
 

@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import ROOT, run_cli
 
 
+@pytest.mark.slow
 def test_help_imports_no_heavy_modules():
     code = (
         "import sys; from moesim.cli import app; import typer.testing as t; "

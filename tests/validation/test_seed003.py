@@ -35,7 +35,7 @@ def test_economics(seed_cases):
 
 
 @pytest.mark.xfail(
-    strict=False,
+    strict=True,
     reason="predicted 148 average nodes vs 226.75 (-34.7%): decode 18.5k and prefill "
     "77.5k computed tokens/s per node at full load (prompt 4,989, its computed "
     "tail attending to the 56% cached head); the token-weighted prompt mix is "
@@ -61,7 +61,7 @@ def test_capacity(seed_cases):
 
 
 @pytest.mark.xfail(
-    strict=False,
+    strict=True,
     reason="predicted 18492 output tokens/s per node (batch 115 at 20 tok/s/user, "
     "five-stage with the dispatch sent before the shared expert) vs 14800: "
     "the decode step is optimistic (seed002-decode-real -14.9%)",
@@ -91,7 +91,7 @@ def test_decode_node_throughput(seed_cases):
 
 
 @pytest.mark.xfail(
-    strict=False,
+    strict=True,
     reason="predicted 86330 computed tokens/s per node (16384 tokens/DP group, "
     "prompt 4989, no cache hits in this case) vs 32200 (a day average over an "
     "unpublished prompt-length mix)",

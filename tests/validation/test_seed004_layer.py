@@ -31,7 +31,7 @@ def _checks(seed_cases, cid):
 )
 def test_layer_breakdown(seed_cases, metric, request):
     if metric in MISSES:
-        request.applymarker(pytest.mark.xfail(strict=False, reason=MISSES[metric]))
+        request.applymarker(pytest.mark.xfail(strict=True, reason=MISSES[metric]))
     c = _checks(seed_cases, "seed004-layer-breakdown")[metric]
     assert c.passed, (c.predicted, c.expected)
 
