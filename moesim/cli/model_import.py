@@ -11,7 +11,8 @@ import typer
 
 from moesim.errors import MoesimError, SpecError
 from moesim.report.writer import write_text
-from moesim.specs.hf_import import import_hf_config, to_yaml
+from moesim.specs.hf_import import to_yaml
+from moesim.specs.loader import import_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
 

@@ -132,6 +132,24 @@ def evaluate_mixed(
     return combine(dec.values, pre.values, grid, isl, osl, hw.gpus_per_node, pre.comm.value), notes
 
 
+def _mixed_ops(decode_ops, prefill_ops) -> list[dict]:
+    """The decode step's ops plus the prefill chunk's (named prefill:<op>), shares over both."""
+    ops = [dict(o) for o in decode_ops] + [dict(o, name="prefill:" + o["name"]) for o in prefill_ops]
+    tot = sum(o["time_s"] for o in ops) or 1.0
+    for o in ops:
+        o["share"] = o["time_s"] / tot
+    return ops
+
+
+def _mixed_memory(decode_memory: dict, vals: dict) -> dict:
+    """The decode footprint with the mixed step's activations (the chunk's) and fit."""
+    mem = dict(decode_memory)
+    mem["activation_bytes"] = float(vals["activation_bytes"][0])
+    mem["total_bytes"] = float(vals["total_bytes"][0])
+    mem["fits"] = bool(vals["fits"][0])
+    return mem
+
+
 def estimate_mixed(
     model="deepseek-v3",
     hardware="h800",
@@ -161,78 +179,27 @@ def estimate_mixed(
     isl, osl = _check(isl, osl)
     if context is None:
         context = isl + osl / 2.0
-    common = dict(
-        tp=tp,
-        dp=dp,
-        ep=ep,
-        moe_tp=moe_tp,
-        redundant_experts=redundant_experts,
-        cost_mode=cost_mode,
-        comm=comm,
-        set=set,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        profile=profile,
-        force_profile=force_profile,
-    )
-    d = estimate_step(
-        model,
-        hardware,
-        phase="decode",
-        batch=batch,
-        context=context,
-        mtp=mtp,
-        acceptance=acceptance,
-        overlap=overlap,
-        **common,
-    )
+    common = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, cost_mode=cost_mode,
+                  comm=comm, set=set, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
+                  force_profile=force_profile)  # fmt: skip
+    d = estimate_step(model, hardware, phase="decode", batch=batch, context=context, mtp=mtp, acceptance=acceptance,
+                      overlap=overlap, **common)  # fmt: skip
     c = d.config
-    g = Grid.single(
-        tp=c["tp"],
-        dp=c["dp"],
-        ep=c["ep"],
-        moe_tp=c["moe_tp"],
-        batch=c["batch"],
-        context=c["context"],
-        mtp=c["mtp"],
-        acceptance=c["acceptance"],
-        redundant=c["redundant_experts"],
-    )
+    g = Grid.single(**{a: c[a] for a in ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance")},
+                    redundant=c["redundant_experts"])  # fmt: skip
     chunk = float(chunk_tokens(g, isl, osl)[0])
-    p = estimate_step(
-        d.model,
-        d.hardware,
-        phase="prefill",
-        batch=chunk,
-        context=isl,
-        overlap=prefill_overlap(overlap),
-        **{**common, "set": None},
-    )
+    p = estimate_step(d.model, d.hardware, phase="prefill", batch=chunk, context=isl,
+                      overlap=prefill_overlap(overlap), **{**common, "set": None})  # fmt: skip
     vals = combine(d.values, p.values, g, isl, osl, d.hardware.gpus_per_node, p.config["comm"])
-    ops = [dict(o) for o in d.ops] + [dict(o, name="prefill:" + o["name"]) for o in p.ops]
-    tot = sum(o["time_s"] for o in ops) or 1.0
-    for o in ops:
-        o["share"] = o["time_s"] / tot
-    mem = dict(d.memory)
-    mem["activation_bytes"] = float(vals["activation_bytes"][0])
-    mem["total_bytes"] = float(vals["total_bytes"][0])
-    mem["fits"] = bool(vals["fits"][0])
-    config = dict(
-        c,
-        phase="mixed",
-        isl=isl,
-        osl=osl,
-        prefill_chunk_tokens=chunk,
-        prefill_overlap=p.config["overlap"],
-        prefill_comm=p.config["comm"],
-        set=list(set or []),
-    )
+    config = dict(c, phase="mixed", isl=isl, osl=osl, prefill_chunk_tokens=chunk, prefill_overlap=p.config["overlap"],
+                  prefill_comm=p.config["comm"], set=list(set or []))  # fmt: skip
     notes = list(dict.fromkeys(d.notes + p.notes))
     notes.append(
         f"mixed: each step = decode {d.values['step_time_s'][0] * 1e3:.2f} ms + prefill chunk of "
         f"{chunk:,.0f} tokens/DP group {p.values['step_time_s'][0] * 1e3:.2f} ms "
         f"(ISL {isl:g}, OSL {osl:g}); TTFT {vals['ttft_s'][0] * 1e3:.1f} ms"
     )
+    ops, mem = _mixed_ops(d.ops, p.ops), _mixed_memory(d.memory, vals)
     return EstimateResult(d.model, d.hardware, config, vals, ops, mem, notes)
 
 

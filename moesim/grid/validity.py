@@ -13,18 +13,8 @@ from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 
 
-def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
-    """-> (valid mask, reason per config ('' if valid)). Vectorized; first failing rule wins."""
-    phase = Phase(phase)
-    n = grid.size
-    reason = np.full(n, "", dtype=object)
-    heads = model.attention.num_heads
-    gpus = grid.tp * grid.dp
-    rules = []
-
-    def rule(bad, text):
-        rules.append((np.asarray(bad, bool) & np.ones(n, bool), text))
-
+def _number_rules(model: ModelSpec, grid: Grid) -> list:
+    """(bad mask, reason) for each axis that must be finite, whole or in range, and the layout rule."""
     finite_allowed = {
         "tp": "a positive integer",
         "dp": "a positive integer",
@@ -35,51 +25,68 @@ def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
         "mtp": "an integer in [0, 16]",
         "redundant": "an integer >= 0",
     }
-    for name, allowed in finite_allowed.items():
-        v = getattr(grid, name)
-        rule(
-            ~np.isfinite(v),
-            f"{'redundant_experts' if name == 'redundant' else name}: must be a finite number; {allowed}",
-        )
+    rules = [
+        (~np.isfinite(getattr(grid, name)),
+         f"{'redundant_experts' if name == 'redundant' else name}: must be a finite number; {allowed}")
+        for name, allowed in finite_allowed.items()
+    ]  # fmt: skip
     for name in ("tp", "dp", "ep", "moe_tp"):
         v = getattr(grid, name)
-        rule((v < 1) | (v != np.round(v)), f"{name}: must be a positive integer")
-    rule(gpus > MAX_GPUS, f"tp x dp: at most {MAX_GPUS:,} GPUs")
-    rule(heads % np.maximum(grid.tp, 1) != 0, f"tp: must divide the {heads} attention heads")
-    rule(grid.ep * grid.moe_tp != gpus, "ep x moe_tp: must equal tp x dp (every GPU holds attention and experts)")
-    rule(grid.batch <= 0, "batch: must be > 0")
-    rule(grid.batch > 1e9, "batch: at most 1e9")
-    rule(grid.context <= 0, "context: must be > 0 tokens")
-    rule(grid.context > model.max_context, f"context: at most the model's max_context = {model.max_context:,}")
-    rule((grid.mtp < 0) | (grid.mtp != np.round(grid.mtp)) | (grid.mtp > 16), "mtp: an integer in [0, 16]")
-    rule(~np.isfinite(grid.acceptance) | (grid.acceptance < 0) | (grid.acceptance > 1), "acceptance: must be in [0, 1]")
-    rule((grid.redundant < 0) | (grid.redundant != np.round(grid.redundant)), "redundant_experts: an integer >= 0")
+        rules.append(((v < 1) | (v != np.round(v)), f"{name}: must be a positive integer"))
+    heads = model.attention.num_heads
+    return rules + [
+        (grid.tp * grid.dp > MAX_GPUS, f"tp x dp: at most {MAX_GPUS:,} GPUs"),
+        (heads % np.maximum(grid.tp, 1) != 0, f"tp: must divide the {heads} attention heads"),
+        (
+            grid.ep * grid.moe_tp != grid.tp * grid.dp,
+            "ep x moe_tp: must equal tp x dp (every GPU holds attention and experts)",
+        ),
+        (grid.batch <= 0, "batch: must be > 0"),
+        (grid.batch > 1e9, "batch: at most 1e9"),
+        (grid.context <= 0, "context: must be > 0 tokens"),
+        (grid.context > model.max_context, f"context: at most the model's max_context = {model.max_context:,}"),
+        ((grid.mtp < 0) | (grid.mtp != np.round(grid.mtp)) | (grid.mtp > 16), "mtp: an integer in [0, 16]"),
+        (
+            ~np.isfinite(grid.acceptance) | (grid.acceptance < 0) | (grid.acceptance > 1),
+            "acceptance: must be in [0, 1]",
+        ),
+        ((grid.redundant < 0) | (grid.redundant != np.round(grid.redundant)), "redundant_experts: an integer >= 0"),
+    ]
+
+
+def _model_rules(model: ModelSpec, grid: Grid, phase: Phase) -> list:
+    """(bad mask, reason) for what the model allows: MTP, expert slots and widths, dense FFN width."""
+    rules = []
     if phase == Phase.DECODE and not model.mtp_layers:
-        rule(grid.mtp > 0, f"mtp: {model.name} has no MTP module (mtp_layers = 0); allowed 0")
+        rules.append((grid.mtp > 0, f"mtp: {model.name} has no MTP module (mtp_layers = 0); allowed 0"))
     if model.is_moe:
         m = model.moe
         slots = m.num_experts + grid.redundant
-        rule(
-            np.mod(slots, np.maximum(grid.ep, 1)) != 0,
-            f"ep: must divide the expert slots (num_experts {m.num_experts} + redundant_experts)",
-        )
-        rule(grid.ep > slots, "ep: at most num_experts + redundant_experts ranks")
-        rule(
-            m.expert_intermediate_size % np.maximum(grid.moe_tp, 1) != 0,
-            f"moe_tp: must divide the expert width {m.expert_intermediate_size}",
-        )
+        rules += [
+            (np.mod(slots, np.maximum(grid.ep, 1)) != 0,
+             f"ep: must divide the expert slots (num_experts {m.num_experts} + redundant_experts)"),
+            (grid.ep > slots, "ep: at most num_experts + redundant_experts ranks"),
+            (m.expert_intermediate_size % np.maximum(grid.moe_tp, 1) != 0,
+             f"moe_tp: must divide the expert width {m.expert_intermediate_size}"),
+        ]  # fmt: skip
     else:
-        rule(grid.ep != 1, f"ep: {model.name} is dense; allowed ep = 1 (use tp/dp)")
-        rule(grid.redundant != 0, "redundant_experts: dense model; allowed 0")
+        rules += [(grid.ep != 1, f"ep: {model.name} is dense; allowed ep = 1 (use tp/dp)"),
+                  (grid.redundant != 0, "redundant_experts: dense model; allowed 0")]  # fmt: skip
     if model.dense_ffn is not None:
-        rule(
-            model.dense_ffn.intermediate_size % np.maximum(grid.tp, 1) != 0,
-            f"tp: must divide the dense FFN width {model.dense_ffn.intermediate_size}",
-        )
+        width = model.dense_ffn.intermediate_size
+        rules.append((width % np.maximum(grid.tp, 1) != 0, f"tp: must divide the dense FFN width {width}"))
+    return rules
+
+
+def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
+    """-> (valid mask, reason per config ('' if valid)). Vectorized; first failing rule wins."""
+    phase = Phase(phase)
+    n = grid.size
+    reason = np.full(n, "", dtype=object)
     ok = np.ones(n, bool)
-    for bad, text in rules:
-        new = bad & ok
-        reason[new] = text
+    for bad, text in _number_rules(model, grid) + _model_rules(model, grid, phase):
+        bad = np.asarray(bad, bool) & np.ones(n, bool)
+        reason[bad & ok] = text
         ok &= ~bad
     return ok, reason
 

@@ -336,38 +336,10 @@ def mapping_from_hf_config(cfg: dict, name: str, file: str | None = None) -> dic
     return {k: out[k] for k in _TOP_ORDER if k in out}
 
 
-def _default_name(path: Path) -> str:
+def default_name(path: Path) -> str:
     stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     return stem.strip().lower().replace("_", "-").replace(" ", "-") or "imported-model"
 
 
 def to_yaml(mapping: dict) -> str:
     return yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000)
-
-
-def import_hf_config(path, out=None, name: str | None = None) -> Path | dict:
-    """Read a config.json and return the ModelSpec mapping, or write it as YAML to `out` (returns the path).
-
-    The mapping is validated with the strict builder first, so an invalid config never produces a file.
-    """
-    from moesim.specs.loader import read_mapping  # local import: loader imports this module lazily too
-    from moesim.specs.model import ModelSpec
-    from moesim.specs.schema import build
-
-    path = Path(path)
-    if not path.is_file():
-        what = "is not a file" if path.exists() else "does not exist"
-        raise SpecError(f"model import: {str(path)!r} {what}; allowed: a Hugging Face config.json file")
-    mapping = mapping_from_hf_config(read_mapping(path), name=name or _default_name(path), file=str(path))
-    build(ModelSpec, mapping, file=str(path))
-    if out is None:
-        return mapping
-    out = Path(out)
-    if out.suffix not in (".yaml", ".yml"):
-        raise SpecError(f"--out: {str(out)!r} must end in .yaml or .yml")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(to_yaml(mapping), encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"--out: cannot write {str(out)!r} ({e.__class__.__name__}: {e})") from None
-    return out

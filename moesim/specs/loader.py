@@ -16,6 +16,7 @@ import yaml
 
 from moesim.errors import SpecError
 from moesim.specs.hardware import HardwareSpec
+from moesim.specs.hf_import import default_name, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
 
@@ -120,8 +121,6 @@ def _apply(data: dict, overrides: Mapping[str, object], label: str, path: Path) 
 def load_model(name_or_path="deepseek-v3", overrides: Mapping[str, object] | None = None) -> ModelSpec:
     path = _resolve("model", name_or_path)
     if path.suffix == ".json":
-        from moesim.specs.hf_import import mapping_from_hf_config  # Hugging Face config.json
-
         data = mapping_from_hf_config(read_mapping(path), name=path.parent.name or path.stem, file=str(path))
     else:
         data = read_mapping(path)
@@ -136,3 +135,15 @@ def load_hardware(name_or_path="h800", overrides: Mapping[str, object] | None = 
     if overrides:
         data = _apply(data, overrides, "hardware", path)
     return build(HardwareSpec, data, file=str(path))
+
+
+def import_hf_config(path, name: str | None = None) -> dict:
+    """Read a Hugging Face config.json -> the ModelSpec mapping, validated with the strict builder
+    (an invalid config never yields a mapping). `moesim model import --out` writes it as YAML."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise SpecError(f"model import: {str(path)!r} {what}; allowed: a Hugging Face config.json file")
+    mapping = mapping_from_hf_config(read_mapping(path), name=name or default_name(path), file=str(path))
+    build(ModelSpec, mapping, file=str(path))
+    return mapping

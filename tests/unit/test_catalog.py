@@ -12,9 +12,11 @@ import yaml
 from moesim.errors import SpecError
 from moesim.specs import catalog, load_hardware, load_model
 from moesim.specs.hardware import HardwareSpec
-from moesim.specs.hf_import import import_hf_config, mapping_from_hf_config
+from moesim.specs.hf_import import mapping_from_hf_config
+from moesim.specs.loader import import_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build, numeric_field_paths
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HF_DIR = ROOT / "tests" / "data" / "hf_configs"
@@ -153,8 +155,9 @@ def test_load_model_accepts_a_config_json_path():
 
 
 def test_import_hf_config_writes_yaml_that_round_trips(tmp_path):
-    out = import_hf_config(HF_DIR / "deepseek-v2-lite.json", out=tmp_path / "models" / "lite.yaml")
-    assert out == tmp_path / "models" / "lite.yaml" and out.is_file()
+    out = tmp_path / "models" / "lite.yaml"
+    p = run_cli("model", "import", HF_DIR / "deepseek-v2-lite.json", "--out", out)
+    assert p.returncode == 0 and out.is_file(), p.stderr
     data = yaml.safe_load(out.read_text())
     assert data["attention"]["q_lora_rank"] == 0
     assert load_model(str(out)).total_params() == load_model("deepseek-v2-lite").total_params()
