@@ -22,7 +22,9 @@ from scipy import special
 
 from moesim.balance.eplb import load_from_csv, naive_gpu_load, rebalance_experts, zipf_load
 from moesim.errors import ConfigError
-from moesim.specs.distributions import context_dist  # moved there (spec-layer grammar); re-exported for callers of I.context_dist
+
+# context_dist (the distribution grammar) lives in specs; re-exported for callers of I.context_dist
+from moesim.specs.distributions import context_dist
 
 __all__ = [
     "expert_rank_imbalance",
