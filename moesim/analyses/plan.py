@@ -106,66 +106,15 @@ class PlanResult:
 
     def to_dict(self) -> dict:
         d, p, t = self.decode, self.prefill, self.traffic
-        out = {k: jsonable(v) for k, v in self.totals.items()}
-        out.update(
-            {
-                k: jsonable(v) if not isinstance(v, dict) else {a: jsonable(b) for a, b in v.items()}
-                for k, v in self.economics.items()
-            }
-        )
+        out = jsonable(self.totals)
+        out.update(jsonable(self.economics))
         out.update(
             {
                 "decode_tokens_per_s_per_node": d.tokens_per_s_per_node,
                 "prefill_tokens_per_s_per_node": p.tokens_per_s_per_node,
                 "decode_batch": d.batch,
-                "decode": {
-                    "batch": d.batch,
-                    "batch_units": "requests per DP group",
-                    "limited_by": d.limited_by,
-                    "tokens_per_s_per_node": d.tokens_per_s_per_node,
-                    "tokens_per_s_per_gpu": d.tokens_per_s_per_gpu,
-                    "tokens_per_s_per_user": d.tokens_per_s_per_user,
-                    "step_time_s": d.step_time_s,
-                    "tpot_s": d.tpot_s,
-                    "max_batch_memory": d.max_batch_memory,
-                    "overlap": d.overlap,
-                    "ep": t.decode.ep,
-                    "dp": t.decode.dp,
-                    "tp": t.decode.tp,
-                    "mtp": t.decode.mtp,
-                    "acceptance": t.decode.acceptance,
-                    "redundant_experts": t.decode.redundant_experts,
-                    "gpus_per_unit": d.gpus,
-                    "nodes_per_unit": d.nodes_per_unit,
-                    "context": t.context,
-                },
-                "prefill": {
-                    "batch_tokens": p.batch_tokens,
-                    "batch_units": "prompt tokens per DP group",
-                    "limited_by": p.limited_by,
-                    "tokens_per_s_per_node": p.tokens_per_s_per_node,
-                    "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-                    "input_tokens_per_s_per_node_incl_hits": jsonable(
-                        self.totals["prefill_input_tokens_per_s_per_node"]
-                    ),
-                    "ttft_s": p.ttft_s,
-                    "ttft_kind": "mean (M/G/1 queueing + compute)"
-                    if t.max_ttft_s
-                    else "compute only (no queueing: no TTFT target, planned at full load)",
-                    "utilisation": p.utilisation,
-                    "full_load_tokens_per_s_per_node": p.full_load_tokens_per_s_per_node,
-                    "step_time_s": p.step_time_s,
-                    "overlap": p.overlap,
-                    "ep": t.prefill.ep,
-                    "dp": t.prefill.dp,
-                    "tp": t.prefill.tp,
-                    "redundant_experts": t.prefill.redundant_experts,
-                    "gpus_per_unit": p.gpus,
-                    "nodes_per_unit": p.nodes_per_unit,
-                    "prompt_length": t.prompt_length,
-                    "prompt_distribution": t.prompt.describe(),
-                    "attention_context": t.prompt.moment_ratio() * (1.0 + self.totals["cache_hit_share"]),
-                },
+                "decode": self._decode_section(),
+                "prefill": self._prefill_section(),
                 "model": self.model,
                 "hardware": self.hardware,
                 "cost_mode": self.cost_mode,
@@ -185,6 +134,58 @@ class PlanResult:
             }
         )
         return out
+
+    def _decode_section(self) -> dict:
+        d, t = self.decode, self.traffic
+        return {
+            "batch": d.batch,
+            "batch_units": "requests per DP group",
+            "limited_by": d.limited_by,
+            "tokens_per_s_per_node": d.tokens_per_s_per_node,
+            "tokens_per_s_per_gpu": d.tokens_per_s_per_gpu,
+            "tokens_per_s_per_user": d.tokens_per_s_per_user,
+            "step_time_s": d.step_time_s,
+            "tpot_s": d.tpot_s,
+            "max_batch_memory": d.max_batch_memory,
+            "overlap": d.overlap,
+            "ep": t.decode.ep,
+            "dp": t.decode.dp,
+            "tp": t.decode.tp,
+            "mtp": t.decode.mtp,
+            "acceptance": t.decode.acceptance,
+            "redundant_experts": t.decode.redundant_experts,
+            "gpus_per_unit": d.gpus,
+            "nodes_per_unit": d.nodes_per_unit,
+            "context": t.context,
+        }
+
+    def _prefill_section(self) -> dict:
+        p, t = self.prefill, self.traffic
+        return {
+            "batch_tokens": p.batch_tokens,
+            "batch_units": "prompt tokens per DP group",
+            "limited_by": p.limited_by,
+            "tokens_per_s_per_node": p.tokens_per_s_per_node,
+            "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+            "input_tokens_per_s_per_node_incl_hits": jsonable(self.totals["prefill_input_tokens_per_s_per_node"]),
+            "ttft_s": p.ttft_s,
+            "ttft_kind": "mean (M/G/1 queueing + compute)"
+            if t.max_ttft_s
+            else "compute only (no queueing: no TTFT target, planned at full load)",
+            "utilisation": p.utilisation,
+            "full_load_tokens_per_s_per_node": p.full_load_tokens_per_s_per_node,
+            "step_time_s": p.step_time_s,
+            "overlap": p.overlap,
+            "ep": t.prefill.ep,
+            "dp": t.prefill.dp,
+            "tp": t.prefill.tp,
+            "redundant_experts": t.prefill.redundant_experts,
+            "gpus_per_unit": p.gpus,
+            "nodes_per_unit": p.nodes_per_unit,
+            "prompt_length": t.prompt_length,
+            "prompt_distribution": t.prompt.describe(),
+            "attention_context": t.prompt.moment_ratio() * (1.0 + self.totals["cache_hit_share"]),
+        }
 
 
 def _as_traffic(traffic) -> Traffic:
@@ -213,17 +214,9 @@ def plan(
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, h = specs_of(model, hardware, set)
     notes: list = []
+    run = dict(cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile, notes=notes)
     dec = decode_capacity(
-        m,
-        h,
-        t.decode,
-        context=t.context,
-        min_tokens_per_s_per_user=t.min_tokens_per_s_per_user,
-        cost_mode=cost_mode,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        profile=profile,
-        notes=notes,
+        m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )
     hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     pre = prefill_capacity(
@@ -234,11 +227,7 @@ def plan(
         max_ttft_s=t.max_ttft_s,
         cached_share=min(hit_share, 1.0 - 1e-9),
         prompt=t.prompt,
-        cost_mode=cost_mode,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        profile=profile,
-        notes=notes,
+        **run,
     )
     gpn = int(h.gpus_per_node)
     price = h.usd_per_gpu_hour if t.usd_per_gpu_hour is None else t.usd_per_gpu_hour
