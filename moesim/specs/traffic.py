@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from moesim.errors import ConfigError, check_number
 from moesim.specs.distributions import LengthDist, length_dist, section
@@ -326,8 +327,6 @@ def _diurnal(where, w, hours: int) -> tuple[float, ...]:
 
 def read_traffic_yaml(path) -> dict:
     """The raw mapping of a traffic YAML file (yaml.safe_load), not yet validated."""
-    import yaml
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

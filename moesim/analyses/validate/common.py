@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.api import estimate, evaluate_grid, resolve_parallel, resolve_specs
 from moesim.errors import SpecError
+from moesim.grid.core import Grid
 
 ESTIMATE_KEYS = {
     "model",
@@ -76,8 +78,6 @@ def case_config(case, by_id):
 
 
 def run_estimate(cfg, **over):
-    from moesim.api import estimate
-
     kw = {
         k: num(v)
         if k not in ("model", "hardware", "phase", "overlap", "cost_mode", "comm", "expert_skew", "context_dist", "set")
@@ -135,9 +135,6 @@ def result_value(r, key):
 
 def largest_batch_at_slo(cfg, min_tps):
     """Largest decode batch (requests per DP group) that fits and keeps >= min tokens/s per user."""
-    from moesim.api import evaluate_grid, resolve_parallel, resolve_specs
-    from moesim.grid.core import Grid
-
     m, h = resolve_specs(cfg.get("model", "deepseek-v3"), cfg.get("hardware", "h800"), cfg.get("set"))
     tp, dp, ep, moe_tp = resolve_parallel(m, cfg.get("tp"), cfg.get("dp"), cfg.get("ep"), cfg.get("moe_tp"))
     batches = np.arange(1, 1025, dtype=float)
