@@ -25,9 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moesim.analyses.sweep import sweep
+from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode
 from moesim.errors import ConfigError
 from moesim.specs.model import AttentionKind
+from moesim.specs.study import normalize_axes
+from moesim.units import jsonable
 
 DEFAULT_PREFILL_AXES = {"tp": [1, 2, 4, 8], "ep": [8, 16, 32, 64], "batch": [2048, 4096, 8192, 16384, 32768]}
 DEFAULT_DECODE_AXES = {
@@ -72,19 +76,7 @@ class DisaggResult:
                 "notes",
             )
         }
-        return _clean(d)
-
-
-def _clean(o):
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, np.generic):
-        o = o.item()
-    if isinstance(o, float) and not np.isfinite(o):
-        return None
-    return o
+        return jsonable(d)
 
 
 def kv_bytes_per_token_per_gpu(model, tp):
@@ -123,63 +115,21 @@ def disagg(
     progress=None,
 ) -> DisaggResult:
     """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds)."""
-    from moesim.analyses.sweep import normalize_axes, sweep
-    from moesim.api import resolve_specs
-
-    for name, v in (("isl", isl), ("osl", osl), ("max_ttft_s", max_ttft_s), ("max_tpot_s", max_tpot_s)):
-        try:
-            good = v is not None and np.isfinite(float(v)) and float(v) > 0
-        except (TypeError, ValueError):
-            good = False
-        if not good:
-            raise ConfigError(f"{name}: must be a positive number; got {v!r}")
-    isl, osl, max_ttft_s, max_tpot_s = float(isl), float(osl), float(max_ttft_s), float(max_tpot_s)
+    isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
     max_instances = int(max_instances)
     if max_instances < 1:
         raise ConfigError("max_instances: must be >= 1")
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
-    ph_hw = prefill_hardware or hardware
-    dc_hw = decode_hardware or hardware
-    m, hp = resolve_specs(model, ph_hw, set)
-    _, hd = resolve_specs(m, dc_hw, set)
+    m, hp = resolve_specs(model, prefill_hardware or hardware, set)
+    _, hd = resolve_specs(m, decode_hardware or hardware, set)
     achievable = cost_mode != "roofline"
     link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
     common = dict(cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, set=set, progress=progress)
     notes = []
-
-    # ---- prefill pool
-    pax = normalize_axes(prefill_axes or DEFAULT_PREFILL_AXES)
-    for bad in ("mtp", "acceptance", "phase"):
-        pax.pop(bad, None)
-    pax.setdefault("context", [isl])
-    pre = sweep(m, hp, "prefill", pax, **common)
-    notes += [n for n in pre.attrs.get("notes", []) if n not in notes]
-    kvb = float(m.kv_bytes_per_token)
-    kv_req_s = isl * kvb / link_Bps  # one request's KV over one GPU's link
-    pre["prefill_ttft_s"] = pre["ttft_s"] * np.maximum(1.0, isl / pre["batch"].to_numpy(float))
-    pre["kv_transfer_s"] = kv_req_s
-    pre["ttft_total_s"] = pre["prefill_ttft_s"] + kv_req_s
-    # one copy of each token's KV leaves the prefill group, its ranks sharing the sending
-    pre["kv_send_link_util"] = pre["tokens_per_s_per_gpu"].to_numpy(float) * kvb / hp.rdma_Bps(achievable)
-    pre["slo_ok"] = pre["valid"] & pre["fits"] & (pre["ttft_total_s"] <= max_ttft_s) & (pre["kv_send_link_util"] <= 1.0)
-
-    # ---- decode pool
-    dax = normalize_axes(decode_axes or DEFAULT_DECODE_AXES)
-    dax.pop("phase", None)
-    if decode_axes is None and not m.mtp_layers:  # the default space drafts with MTP only where it exists
-        dax["mtp"] = [0]
-    dax.setdefault("context", [isl + osl / 2.0])
-    dec = sweep(m, hd, "decode", dax, **common)
-    notes += [n for n in dec.attrs.get("notes", []) if n not in notes]
-    acc = dec["accepted_tokens_per_step"].to_numpy(float)
-    new_req_per_step = dec["batch"].to_numpy(float) * acc / osl
-    kv_in_bytes = new_req_per_step * isl * kv_bytes_per_token_per_gpu(m, dec["tp"].to_numpy(float))
-    dec["kv_recv_s_per_step"] = kv_in_bytes / hd.rdma_Bps(achievable)
-    dec["kv_share_of_step"] = dec["kv_recv_s_per_step"] / dec["step_time_s"]
-    dec["slo_ok"] = dec["valid"] & dec["fits"] & (dec["tpot_s"] <= max_tpot_s) & (dec["kv_share_of_step"] <= 1.0)
-
-    pbest = _best(pre)
-    dbest = _best(dec)
+    kv = _kv_figures(m, isl, link_Bps)
+    kv_req_s = kv["transfer_s_per_request"]
+    pre = _prefill_pool(m, hp, prefill_axes, isl, max_ttft_s, kv_req_s, achievable, common, notes)
+    dec = _decode_pool(m, hd, decode_axes, isl, osl, max_tpot_s, achievable, common, notes)
     workload = {
         "isl": isl,
         "osl": osl,
@@ -189,52 +139,24 @@ def disagg(
         "decode_hardware": hd.name,
         "cost_mode": cost_mode,
     }
-    kv = {
-        "kv_bytes_per_token": float(m.kv_bytes_per_token),
-        "bytes_per_request": isl * kvb,
-        "link_bytes_per_s": link_Bps,
-        "transfer_s_per_request": kv_req_s,
-    }
-    ratio = sys_tps = float("nan")
-    deployment = {}
-    if pbest is None:
+    prow, drow = _best_row(pre), _best_row(dec)
+    if prow is None:
         notes.append(
             f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
             f"{kv_req_s * 1e3:.2f} ms)"
         )
-    if dbest is None:
+    if drow is None:
         notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
-    prow = _row(pre, pbest) if pbest is not None else None
-    drow = _row(dec, dbest) if dbest is not None else None
-    if prow and drow:
-        p_tps, d_tps = prow["tokens_per_s_per_gpu"], drow["tokens_per_s_per_gpu"]
-        ratio = (d_tps / osl) / (p_tps / isl)
-        sys_tps = d_tps / (1.0 + ratio)
-        deployment = _instances(prow["gpus"], p_tps, drow["gpus"], d_tps, isl, osl, max_instances)
-        kv.update(
-            {
-                "decode_kv_share_of_step": drow["kv_share_of_step"],
-                "decode_kv_recv_s_per_step": drow["kv_recv_s_per_step"],
-                "prefill_kv_send_link_util": prow["kv_send_link_util"],
-            }
-        )
-
-    agg = None
+    ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, max_instances, kv)
+    mix = agg = None
     speedup = float("nan")
-    mix = None
     if compare_aggregated:
-        aax = normalize_axes(aggregated_axes or decode_axes or DEFAULT_DECODE_AXES)
-        aax.pop("phase", None)
-        aax.setdefault("context", [isl + osl / 2.0])
-        mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)
-        mix["slo_ok"] = mix["valid"] & mix["fits"] & (mix["tpot_s"] <= max_tpot_s) & (mix["ttft_s"] <= max_ttft_s)
-        abest = _best(mix)
-        if abest is None:
+        mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, isl, osl, max_ttft_s, max_tpot_s, common)
+        agg = _best_row(mix)
+        if agg is None:
             notes.append("no aggregated (mixed) configuration meets both targets")
-        else:
-            agg = _row(mix, abest)
-            if np.isfinite(sys_tps):
-                speedup = sys_tps / agg["tokens_per_s_per_gpu"]
+        elif np.isfinite(sys_tps):
+            speedup = sys_tps / agg["tokens_per_s_per_gpu"]
     return DisaggResult(
         workload,
         prow,
@@ -249,6 +171,104 @@ def disagg(
         notes,
         {"prefill": pre, "decode": dec, "mixed": mix},
     )
+
+
+def _kv_figures(m, isl, link_Bps) -> dict:
+    """One request's KV: bytes and the transfer time over one GPU's link (the slower pool's)."""
+    kvb = float(m.kv_bytes_per_token)
+    return {
+        "kv_bytes_per_token": kvb,
+        "bytes_per_request": isl * kvb,
+        "link_bytes_per_s": link_Bps,
+        "transfer_s_per_request": isl * kvb / link_Bps,  # one request's KV over one GPU's link
+    }
+
+
+def _positive_inputs(**values) -> list[float]:
+    """The workload numbers as floats; each must be a finite number > 0."""
+    for name, v in values.items():
+        try:
+            good = v is not None and np.isfinite(float(v)) and float(v) > 0
+        except (TypeError, ValueError):
+            good = False
+        if not good:
+            raise ConfigError(f"{name}: must be a positive number; got {v!r}")
+    return [float(v) for v in values.values()]
+
+
+def _add_notes(notes: list, df) -> None:
+    notes += [n for n in df.attrs.get("notes", []) if n not in notes]
+
+
+def _prefill_pool(m, hp, axes, isl, max_ttft_s, kv_req_s, achievable, common, notes):
+    """Prefill sweep (context = ISL) with TTFT incl. chunking and the KV transfer, and slo_ok."""
+    pax = normalize_axes(axes or DEFAULT_PREFILL_AXES)
+    for bad in ("mtp", "acceptance", "phase"):
+        pax.pop(bad, None)
+    pax.setdefault("context", [isl])
+    pre = sweep(m, hp, "prefill", pax, **common)
+    _add_notes(notes, pre)
+    kvb = float(m.kv_bytes_per_token)
+    pre["prefill_ttft_s"] = pre["ttft_s"] * np.maximum(1.0, isl / pre["batch"].to_numpy(float))
+    pre["kv_transfer_s"] = kv_req_s
+    pre["ttft_total_s"] = pre["prefill_ttft_s"] + kv_req_s
+    # one copy of each token's KV leaves the prefill group, its ranks sharing the sending
+    pre["kv_send_link_util"] = pre["tokens_per_s_per_gpu"].to_numpy(float) * kvb / hp.rdma_Bps(achievable)
+    pre["slo_ok"] = pre["valid"] & pre["fits"] & (pre["ttft_total_s"] <= max_ttft_s) & (pre["kv_send_link_util"] <= 1.0)
+    return pre
+
+
+def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
+    """Decode sweep (context = ISL + OSL / 2) with the KV arriving per step, and slo_ok."""
+    dax = normalize_axes(axes or DEFAULT_DECODE_AXES)
+    dax.pop("phase", None)
+    if axes is None and not m.mtp_layers:  # the default space drafts with MTP only where it exists
+        dax["mtp"] = [0]
+    dax.setdefault("context", [isl + osl / 2.0])
+    dec = sweep(m, hd, "decode", dax, **common)
+    _add_notes(notes, dec)
+    acc = dec["accepted_tokens_per_step"].to_numpy(float)
+    new_req_per_step = dec["batch"].to_numpy(float) * acc / osl
+    kv_in_bytes = new_req_per_step * isl * kv_bytes_per_token_per_gpu(m, dec["tp"].to_numpy(float))
+    dec["kv_recv_s_per_step"] = kv_in_bytes / hd.rdma_Bps(achievable)
+    dec["kv_share_of_step"] = dec["kv_recv_s_per_step"] / dec["step_time_s"]
+    dec["slo_ok"] = dec["valid"] & dec["fits"] & (dec["tpot_s"] <= max_tpot_s) & (dec["kv_share_of_step"] <= 1.0)
+    return dec
+
+
+def _aggregated_pool(m, hd, axes, isl, osl, max_ttft_s, max_tpot_s, common):
+    """The `mixed` phase (decode + chunked prefill per step) under both targets, and slo_ok."""
+    aax = normalize_axes(axes or DEFAULT_DECODE_AXES)
+    aax.pop("phase", None)
+    aax.setdefault("context", [isl + osl / 2.0])
+    mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)
+    mix["slo_ok"] = mix["valid"] & mix["fits"] & (mix["tpot_s"] <= max_tpot_s) & (mix["ttft_s"] <= max_ttft_s)
+    return mix
+
+
+def _rate_match(prow, drow, isl, osl, max_instances, kv: dict):
+    """P:D GPU ratio, system output tokens/s per GPU and whole instances (NaN, NaN, {} without
+    both pools); adds the chosen pools' KV figures to ``kv``."""
+    if not (prow and drow):
+        return float("nan"), float("nan"), {}
+    p_tps, d_tps = prow["tokens_per_s_per_gpu"], drow["tokens_per_s_per_gpu"]
+    ratio = (d_tps / osl) / (p_tps / isl)
+    sys_tps = d_tps / (1.0 + ratio)
+    deployment = _instances(prow["gpus"], p_tps, drow["gpus"], d_tps, isl, osl, max_instances)
+    kv.update(
+        {
+            "decode_kv_share_of_step": drow["kv_share_of_step"],
+            "decode_kv_recv_s_per_step": drow["kv_recv_s_per_step"],
+            "prefill_kv_send_link_util": prow["kv_send_link_util"],
+        }
+    )
+    return ratio, sys_tps, deployment
+
+
+def _best_row(df):
+    """The slo_ok row with the most tokens/s per GPU as a plain dict, or None."""
+    i = _best(df)
+    return None if i is None else _row(df, i)
 
 
 def _best(df):

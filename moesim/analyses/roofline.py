@@ -20,7 +20,7 @@ import math
 import re
 from pathlib import Path
 
-from moesim.api import estimate
+from moesim.engine.phases import estimate
 from moesim.errors import ConfigError
 from moesim.specs.loader import data_root
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from moesim import workload as W
-from moesim.api import load_profile_for, resolve_parallel, resolve_specs
 from moesim.balance.factors import apply_factors, factors_for, imbalance_factors
 from moesim.engine.evaluate import default_comm
+from moesim.engine.pricing import evaluate_grid, load_profile_for, resolve_specs
 from moesim.enums import CommMode, CostMode, OpKind, Overlap, Phase, Stream
+from moesim.errors import ConfigError
 from moesim.grid.core import Grid
+from moesim.grid.layout import resolve_parallel
 from moesim.grid.validity import require_valid
 from moesim.perf.cost import CostModel
-from moesim.schedule.schemes import SCHEMES, layer_period, slot_time
+from moesim.schedule.schemes import SCHEMES, layer_period, slot_label, slot_time
 
 
 def layer_timeline(
@@ -54,10 +56,35 @@ def layer_timeline(
         redundant=redundant_experts,
     )
     require_valid(m, h, grid, phase)
+    scheme_name = _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist)
+    scheme = SCHEMES[scheme_name]
+    comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
+    prof, notes = load_profile_for(h, cost_mode)
+    imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
+    wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
+    costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
+    if imb:
+        costs = apply_factors(costs, factors_for(imb, scheme.micro_batches))
+    trace: list = []
+    period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
+    title = (
+        f"{m.name} {h.name} {phase.value} TP{tp} DP{dp} EP{ep} batch {batch:g} ctx {context:g} · "
+        f"{scheme_name} · {cost_mode.value} · {comm.value} · layer {period * 1e6:.0f} µs"
+    )
+    return {
+        "events": _events(trace, scheme, costs),
+        "period_s": period,
+        "scheme": scheme_name,
+        "title": title,
+        "notes": notes,
+        "slot_compute_s": [float(np.ravel(slot_time(costs, s))[0]) for s in scheme.slots],
+    }
+
+
+def _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist) -> str:
+    """The schedule to draw: the requested one, or the one `moesim estimate` picks for "auto"."""
     if overlap in (None, "auto", Overlap.AUTO):
         # the schedule `moesim estimate` would pick for this configuration (fastest; never "ideal")
-        from moesim.api import evaluate_grid
-
         ev, _ = evaluate_grid(
             m,
             h,
@@ -73,25 +100,16 @@ def layer_timeline(
     else:
         scheme_name = Overlap.parse(overlap, "overlap").value
     if scheme_name in ("ideal", "auto"):
-        from moesim.errors import ConfigError
-
         raise ConfigError(f"overlap: timeline needs a concrete schedule; allowed: {', '.join(SCHEMES)}")
     if scheme_name == "five-stage" and phase == Phase.PREFILL:
-        from moesim.errors import ConfigError
-
         raise ConfigError(
             "overlap: five-stage is a decode schedule; allowed for prefill: serial, shared, sbo, two-batch"
         )
-    scheme = SCHEMES[scheme_name]
-    comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
-    prof, notes = load_profile_for(h, cost_mode)
-    imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
-    wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
-    costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
-    if imb:
-        costs = apply_factors(costs, factors_for(imb, scheme.micro_batches))
-    trace: list = []
-    period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
+    return scheme_name
+
+
+def _events(trace, scheme, costs) -> list:
+    """Trace rows -> event dicts, times from the first event; compute slots list their ops."""
     events = []
     t0 = float(np.ravel(trace[0][3])[0]) if trace else 0.0
     for stream, mb, label, start, end in trace:
@@ -104,28 +122,18 @@ def layer_timeline(
             "ops": [],
         }
         if stream == "compute":
-            slot = next(s for s in scheme.slots if s.mb == mb and _label(s) == label)
-            for c in costs:
-                if slot.holds(c) and not (c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL):
-                    t = float(np.ravel(c.time_s)[0])
-                    if t > 0:
-                        ev["ops"].append((c.name, t))
+            slot = next(s for s in scheme.slots if s.mb == mb and slot_label(s) == label)
+            ev["ops"] = _slot_ops(slot, costs)
         events.append(ev)
-    title = (
-        f"{m.name} {h.name} {phase.value} TP{tp} DP{dp} EP{ep} batch {batch:g} ctx {context:g} · "
-        f"{scheme_name} · {cost_mode.value} · {comm.value} · layer {period * 1e6:.0f} µs"
-    )
-    return {
-        "events": events,
-        "period_s": period,
-        "scheme": scheme_name,
-        "title": title,
-        "notes": notes,
-        "slot_compute_s": [float(np.ravel(slot_time(costs, s))[0]) for s in scheme.slots],
-    }
+    return events
 
 
-def _label(slot):
-    from moesim.schedule.schemes import slot_label
-
-    return slot_label(slot)
+def _slot_ops(slot, costs) -> list:
+    """(name, time_s) of the ops a compute slot runs (its stages, only / skip; no all-to-all), > 0 s."""
+    ops = []
+    for c in costs:
+        if slot.holds(c) and not (c.stream == Stream.COMM and c.kind == OpKind.ALL_TO_ALL):
+            t = float(np.ravel(c.time_s)[0])
+            if t > 0:
+                ops.append((c.name, t))
+    return ops

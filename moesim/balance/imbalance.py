@@ -6,7 +6,7 @@ each step's wall-clock time").
 * ``dp_attention_imbalance``: E[max over DP ranks of KV tokens attended] / mean.
 * ``skew_shares``: per-rank share of routed pairs for an ``--expert-skew`` string, with
   EPLB replicas placed when there are redundant experts.
-* ``context_dist``: "fixed" | "exp" | "lognormal:<cv>" -> coefficient of variation;
+* ``context_dist`` (from moesim.specs.distributions): "fixed" | "exp" | "lognormal:<cv>" -> coefficient of variation;
   ``context_skewness`` -> skewness (for the optional skew correction).
 
 All functions broadcast over numpy arrays; results are floats >= 1.
@@ -22,6 +22,9 @@ from scipy import special
 
 from moesim.balance.eplb import load_from_csv, naive_gpu_load, rebalance_experts, zipf_load
 from moesim.errors import ConfigError
+
+# context_dist (the distribution grammar) lives in specs; re-exported for callers of I.context_dist
+from moesim.specs.distributions import context_dist
 
 __all__ = [
     "expert_rank_imbalance",
@@ -265,27 +268,6 @@ def context_skewness(spec: str) -> float:
     if s in ("exp", "exponential"):
         return 2.0
     return 3.0 * cv + cv**3
-
-
-def context_dist(spec: str) -> float:
-    """Context-length distribution string -> coefficient of variation:
-    "fixed" -> 0, "exp" -> 1, "lognormal:<cv>" -> cv (>= 0)."""
-    s = str(spec).strip().lower()
-    if s == "fixed":
-        return 0.0
-    if s in ("exp", "exponential"):
-        return 1.0
-    if s.startswith("lognormal:"):
-        try:
-            cv = float(s.split(":", 1)[1])
-        except ValueError:
-            cv = float("nan")
-        if np.isfinite(cv) and 0 <= cv <= MAX_CONTEXT_CV:
-            return cv
-    raise ConfigError(f"context-dist: {spec!r} is not one of fixed, exp, lognormal:<cv in [0, {MAX_CONTEXT_CV:g}]>")
-
-
-MAX_CONTEXT_CV = 100.0  # beyond this the lognormal moments overflow; real traffic has cv ~ 0.5-3
 
 
 def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1, seed: int = 0) -> np.ndarray:

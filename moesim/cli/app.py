@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from moesim.api import estimate as run_estimate
 from moesim.cli import options as O
+from moesim.engine.phases import estimate as run_estimate
 from moesim.errors import MoesimError
 from moesim.report.tables import hardware_line, model_line, print_estimate
 from moesim.report.writer import json_text, write_json

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from moesim import units as U
-        from moesim.api import load_profile_for, resolve_specs
+        from moesim.engine.pricing import load_profile_for, resolve_specs
         from moesim.enums import CostMode
         from moesim.perf.kernel import price_kernel
 

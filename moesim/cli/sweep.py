@@ -13,9 +13,9 @@ import typer
 from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
 from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import parse_values, sweep, tune_malloc
-from moesim.api import resolve_specs
 from moesim.cli import options as O
 from moesim.cli.progress import Progress
+from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError
 from moesim.report.disagg import print_disagg
 from moesim.report.sweep import print_table, rank, summary

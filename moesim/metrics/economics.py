@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import ConfigError
+from moesim.specs.traffic import Traffic
 
 __all__ = [
     "daily_cost_usd",
@@ -22,6 +23,7 @@ __all__ = [
     "usd_per_million_output_tokens",
     "usd_per_million_tokens",
     "economics_report",
+    "day_economics",
 ]
 
 _PRICE_KEYS = ("input_hit", "input_miss", "output")
@@ -142,3 +144,54 @@ def economics_report(
         },
         "gpu_hours": _out(_nonneg("nodes", nodes) * np.asarray(gpus_per_node, float) * np.asarray(hours, float)),
     }
+
+
+def day_economics(
+    traffic: Traffic,
+    average_nodes: float,
+    *,
+    gpus_per_node: int,
+    usd_per_gpu_hour: float,
+    prefill_nodes: float | None = None,
+    decode_nodes: float | None = None,
+) -> dict:
+    """Per-day economics of a traffic window at ``average_nodes`` (time-average over the window;
+    the capacity planner's). Token volumes are scaled to a day when the window is not 24 h.
+
+    Keys: cost_usd_per_day, revenue_usd_per_day / margin (None without list prices),
+    usd_per_million_output_tokens (whole cost on output, DeepSeek's method),
+    usd_per_million_input_tokens, usd_per_million_tokens, revenue_usd_by_class, gpu_hours_per_day,
+    and, when the pool split is given, usd_per_million_by_pool {input_hit (0: no compute),
+    input_miss (prefill pool), output (decode pool)}."""
+    tin, hit, tout = (
+        traffic.per_day(x) for x in (traffic.input_tokens, traffic.cache_hit_tokens, traffic.output_tokens)
+    )
+    cost = daily_cost_usd(average_nodes, gpus_per_node, usd_per_gpu_hour, 24.0)
+    out = {
+        "cost_usd_per_day": cost,
+        "revenue_usd_per_day": None,
+        "margin": None,
+        "usd_per_million_output_tokens": usd_per_million_output_tokens(cost, tout) if tout > 0 else None,
+        "usd_per_million_input_tokens": usd_per_million_tokens(cost, tin) if tin > 0 else None,
+        "usd_per_million_tokens": usd_per_million_tokens(cost, tin + tout),
+        "revenue_usd_by_class": None,
+        "gpu_hours_per_day": float(average_nodes) * gpus_per_node * 24.0,
+        "usd_per_gpu_hour": float(usd_per_gpu_hour),
+    }
+    if traffic.usd_per_million is not None:
+        prices = traffic.usd_per_million.as_dict()
+        if cost > 0:
+            rep = economics_report(average_nodes, gpus_per_node, usd_per_gpu_hour, tin, hit, tout, prices, hours=24.0)
+            out["margin"] = rep["margin"]
+            out["revenue_usd_by_class"] = rep["revenue_usd_by_class"]
+        out["revenue_usd_per_day"] = revenue_usd(tin, hit, tout, prices)
+    if prefill_nodes is not None and decode_nodes is not None:
+        pc = daily_cost_usd(prefill_nodes, gpus_per_node, usd_per_gpu_hour, 24.0)
+        dc = daily_cost_usd(decode_nodes, gpus_per_node, usd_per_gpu_hour, 24.0)
+        out["cost_usd_per_day_by_pool"] = {"prefill": pc, "decode": dc}
+        out["usd_per_million_by_pool"] = {
+            "input_hit": 0.0,
+            "input_miss": usd_per_million_tokens(pc, tin - hit) if tin - hit > 0 else None,
+            "output": usd_per_million_tokens(dc, tout) if tout > 0 else None,
+        }
+    return out

@@ -7,8 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from moesim.analyses.plan import day_economics, decode_capacity, plan, units_for
+from moesim.analyses.capacity import decode_capacity, prefill_capacity
+from moesim.analyses.plan import plan, units_for
 from moesim.errors import MoesimError
+from moesim.metrics.economics import day_economics
+from moesim.specs.distributions import LengthDist
+from moesim.specs.pools import PrefillPool
 from moesim.specs.traffic import Traffic, load_traffic, traffic_from_dict
 from tests.conftest import ROOT, run_cli
 
@@ -329,8 +333,6 @@ def test_cli_plan_flags_only_and_plot(tmp_path):
 
 # ---- prefill: cached heads of prompts and TTFT queueing
 def test_cached_share_costs_attention_not_compute_of_hits():
-    from moesim.analyses.plan import prefill_capacity
-    from moesim.specs.traffic import PrefillPool
 
     rates = [
         prefill_capacity(
@@ -349,8 +351,6 @@ def test_cached_share_costs_attention_not_compute_of_hits():
 
 
 def test_ttft_target_plans_queueing_headroom():
-    from moesim.analyses.plan import prefill_capacity
-    from moesim.specs.traffic import PrefillPool
 
     free = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt_length=4989)
     assert free.utilisation == 1.0 and free.limited_by == "batch_tokens"
@@ -417,8 +417,6 @@ def test_bad_length_specs_are_one_line(value, words):
 
 
 def test_prompt_mix_costs_attention_by_its_token_weighted_length():
-    from moesim.analyses.plan import prefill_capacity
-    from moesim.specs.traffic import LengthDist, PrefillPool
 
     mix = LengthDist(5750.0, "bins", ((1000.0, 0.75), (20000.0, 0.25)))
     a = prefill_capacity("deepseek-v3", "h800", PrefillPool(), prompt=mix, cached_share=0.3)
@@ -429,8 +427,6 @@ def test_prompt_mix_costs_attention_by_its_token_weighted_length():
 
 
 def test_spread_prompts_need_more_ttft_headroom():
-    from moesim.analyses.plan import prefill_capacity
-    from moesim.specs.traffic import LengthDist, PrefillPool
 
     kw = dict(prompt_length=4989.0, max_ttft_s=3.0)
     fixed = prefill_capacity("deepseek-v3", "h800", PrefillPool(), **kw)

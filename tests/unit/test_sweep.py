@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from moesim.analyses.sweep import load_study, parse_values, sweep
+from moesim.analyses.sweep import sweep
 from moesim.api import estimate
 from moesim.errors import ConfigError, MoesimError
+from moesim.specs.study import load_study, parse_values
 from tests.conftest import run_cli
 
 METRICS = (
@@ -378,3 +379,11 @@ def test_parquet_needs_pyarrow(tmp_path):
     df = sweep(hardware="h800", axes={"ep": [32], "batch": [8]})
     with pytest.raises(ConfigError, match="pyarrow"):
         write_frame(df, tmp_path / "x.parquet")
+
+
+def test_study_numeric_axes_are_the_grid_axes():
+    """specs.study spells out the numeric axes (specs sit below grid); they must stay grid.core.AXES."""
+    from moesim.grid.core import AXES
+    from moesim.specs.study import NUMERIC_AXES
+
+    assert NUMERIC_AXES == AXES

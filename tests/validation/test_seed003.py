@@ -6,8 +6,11 @@ the model misses honestly is marked xfail with the number it predicted when the 
 
 import pytest
 
-from moesim.analyses.plan import day_economics, decode_capacity, plan, prefill_capacity
-from moesim.specs.traffic import DecodePool, PrefillPool, traffic_from_dict
+from moesim.analyses.capacity import decode_capacity, prefill_capacity
+from moesim.analyses.plan import plan
+from moesim.metrics.economics import day_economics
+from moesim.specs.pools import DecodePool, PrefillPool
+from moesim.specs.traffic import traffic_from_dict
 
 pytestmark = pytest.mark.validation
 

@@ -49,10 +49,10 @@ def test_decode_real_five_stage(seed_cases):
 def test_ep8_five_stage_reads_experts_twice(seed_cases):
     """Why the EP8 series cannot be five-stage: two micro-batches stream EP8's 32 experts twice, which
     takes longer than the whole published EP8 GroupGEMM bar even at the HBM peak."""
-    from moesim.analyses.validate.cases import _config, _estimate
+    from moesim.analyses.validate.common import case_config, run_estimate
 
-    cfg = _config(seed_cases["seed004-layer-breakdown"], seed_cases)
-    r = _estimate(cfg, ep=8, dp=8, overlap="five-stage")
+    cfg = case_config(seed_cases["seed004-layer-breakdown"], seed_cases)
+    r = run_estimate(cfg, ep=8, dp=8, overlap="five-stage")
     gg_us = (
         sum(o["time_s"] for o in r.ops if o["name"] in ("experts_gate_up", "experts_down")) / r.model.n_moe_layers * 1e6
     )

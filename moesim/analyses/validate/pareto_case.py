@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 
+from moesim.analyses.pareto import frontier_at, pareto
+from moesim.analyses.sweep import sweep
+from moesim.errors import SpecError
+
 BATCH = [1, 2, 4, 8, 16, 32, 64, 128]
 
 
 def deployment_frontier(model, hardware, ep, cfg):
-    from moesim.analyses.pareto import pareto
-    from moesim.analyses.sweep import sweep
-
     df = sweep(
         model,
         hardware,
@@ -32,12 +33,8 @@ def deployment_frontier(model, hardware, ep, cfg):
 
 
 def pareto_ratio(cfg, key):
-    from moesim.analyses.pareto import frontier_at
-
     m = re.fullmatch(r"throughput_ratio_ep(\d+)_over_ep(\d+)_at_(\d+)_tok_s", key)
     if not m:
-        from moesim.errors import SpecError
-
         raise SpecError(f"validate: {key!r}; allowed throughput_ratio_ep<A>_over_ep<B>_at_<S>_tok_s")
     ep_a, ep_b, speed = int(m.group(1)), int(m.group(2)), float(m.group(3))
     model = cfg.get("model", "deepseek-v3")
