@@ -10,6 +10,7 @@ _API = ("estimate", "sweep", "pareto", "plan")
 def __getattr__(name):
     # lazy: the front door imports pandas (sweep); `moesim --help` and spec loading stay fast
     if name in _API:
+        # lazy: the front door imports pandas (sweep); `import moesim` and `moesim --help` stay light
         from moesim import api
 
         return getattr(api, name)

@@ -2,6 +2,8 @@
 
 from enum import Enum, IntEnum
 
+from moesim.errors import SpecError
+
 
 class StrEnum(str, Enum):
     def __str__(self) -> str:  # pragma: no cover - trivial
@@ -9,7 +11,6 @@ class StrEnum(str, Enum):
 
     @classmethod
     def parse(cls, value, field: str = None):
-        from moesim.errors import SpecError
 
         if isinstance(value, cls):
             return value

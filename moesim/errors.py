@@ -1,5 +1,7 @@
 """User-facing errors: one line naming what is wrong and what is allowed."""
 
+import math
+
 
 class MoesimError(Exception):
     """Base class for errors caused by user input; the CLI prints them as one line."""
@@ -33,7 +35,6 @@ def check_number(
 
     Raises ``error`` with one line naming the field (``where`` + ``name``) and the allowed range.
     Booleans are not numbers; strings holding a number are read (PyYAML reads 608.0e9 as a string)."""
-    import math
 
     rng = range_text(lo, hi, lo_open, integer)
     if v is None:

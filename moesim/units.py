@@ -1,6 +1,12 @@
 """SI constants and conversions. Everything inside moesim is SI (s, B, FLOP, B/s, FLOP/s);
 human units appear only in YAML key names and at output edges."""
 
+import math
+from enum import Enum
+from pathlib import PurePath
+
+import numpy as np
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -41,11 +47,6 @@ def jsonable(o, *, squeeze: bool = False):
     """The one JSON cleaner: numpy scalars/arrays -> Python numbers/lists, non-finite floats -> None
     (strict JSON has no NaN/Infinity), booleans stay booleans, dict keys -> str, paths/enums -> str.
     ``squeeze``: a one-element array becomes its scalar (per-configuration values of one estimate)."""
-    import math
-    from enum import Enum
-    from pathlib import PurePath
-
-    import numpy as np
 
     if o is None or isinstance(o, (bool, str)):
         return o

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from moesim.analyses.capacity import (
     DecodeCapacity,
@@ -102,6 +101,8 @@ class PlanResult:
         return [{k: jsonable(self.hourly[k][i]) for k in keys} for i in range(len(self.hourly["hour"]))]
 
     def to_dataframe(self):
+        import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+
         return pd.DataFrame(self.hourly_rows())
 
     def to_dict(self) -> dict:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pandas as pd
 
 from moesim.analyses.sweep_block import Run, evaluate_block
 from moesim.balance.factors import check_imbalance_flags
@@ -56,7 +55,10 @@ def tune_malloc() -> bool:
     if _MALLOC_TUNED:
         return True
     try:
+        # lazy: glibc's malloc tuning, only on Linux and only when a sweep runs
         import ctypes
+
+        # lazy: glibc's malloc tuning, only on Linux and only when a sweep runs
         import ctypes.util
 
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -143,6 +145,8 @@ def sweep(
     require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
     """
+    import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+
     base = load_study(study) if study is not None else {}
     st = _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes)
     flt = resolve_filters(

@@ -24,6 +24,7 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
     if expert_skew == "none" and context_dist == "fixed":
         return None, notes
     try:
+        # lazy: scipy, only when rank imbalance is modelled (start-up time)
         from moesim.balance import imbalance as I
     except ImportError:
         return None, ["rank imbalance not modelled (moesim.balance unavailable)"]

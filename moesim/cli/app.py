@@ -75,6 +75,7 @@ def hardware():
 def _mount():
     """Each command lives in its own module (import cost at start-up: typer only; the modules
     import their heavy dependencies inside the command functions)."""
+    # lazy: the command modules register on `app`, which must exist first
     from moesim.cli import calibrate, eplb, kernel, model_import, plan, roofline, sweep, timeline, validate
 
     app.add_typer(calibrate.app, name="calibrate", help="Run kernels, fit and show calibration profiles.")

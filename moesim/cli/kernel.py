@@ -38,9 +38,16 @@ def register(app: typer.Typer) -> None:
         # lazy imports: `moesim --help` must not pay for the model stack (start-up time)
         import json
 
+        # lazy: start-up time (`moesim --help` imports every command module)
         from moesim import units as U
+
+        # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.engine.pricing import load_profile_for, resolve_specs
+
+        # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.enums import CostMode
+
+        # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.perf.kernel import price_kernel
 
         mdl, hw = resolve_specs(model, hardware, set_)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
 DECODE_LIMIT = {"slo": "the SLO", "memory": "memory", "sweep": "the sweep limit"}
 PREFILL_LIMIT = {"batch_tokens": "prefill.batch_tokens (the cap)", "ttft": "the TTFT SLO", "memory": "memory"}
 
@@ -69,7 +72,6 @@ def _prefill_lines(r) -> list[str]:
 
 
 def _hourly_table(r):
-    from rich.table import Table
 
     tab = Table(title="per hour (each pool rounded up to whole units, u)", title_justify="left")
     for col in ("hour", "share", "out tok/s", "miss tok/s", "prefill", "decode", "nodes", "$"):
@@ -138,7 +140,6 @@ def _tail_lines(r) -> list[str]:
 
 
 def print_plan(r) -> None:
-    from rich.console import Console
 
     c = Console()
     c.print("\n".join(_traffic_lines(r) + _decode_lines(r) + _prefill_lines(r)), highlight=False)

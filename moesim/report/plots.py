@@ -3,13 +3,19 @@ writer (`moesim.report.writer.write_figure`: format by extension, atomic)."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from moesim.report.writer import write_figure
 
 
 def _plt():
+    # lazy: matplotlib only when a figure is drawn (start-up time)
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn (start-up time)
     import matplotlib.pyplot as plt
 
     return plt
@@ -51,7 +57,6 @@ def plot_timeline(tl: dict, out) -> None:
 
 def plot_parity(checks, out) -> None:
     """Predicted vs published (log-log), one marker per numeric check, coloured by class."""
-    import math
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
@@ -115,7 +120,6 @@ def plot_frontiers(df, front, x, y, keys, out, flag: str = "--plot") -> None:
 
 def plot_plan(r, out, flag: str = "--plot") -> None:
     """Nodes per hour (prefill + decode, stacked; dashed: the unrounded need) and cost per hour."""
-    import numpy as np
 
     plt = _plt()
     h = r.hourly

@@ -17,9 +17,11 @@ CAL_MARKERS = ("s", "D", "^", "v", "P", "X", "<", ">")
 
 
 def _plt():
+    # lazy: matplotlib only when a figure is drawn (start-up time)
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn (start-up time)
     import matplotlib.pyplot as plt
 
     return plt

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
 COLS = [
     ("hardware", "hw", None),
     ("phase", "phase", None),
@@ -55,7 +59,6 @@ def fmt_cell(v, f):
 
 def console():
     """A rich console; 220 columns wide when not a terminal (pipes, tests)."""
-    from rich.console import Console
 
     c = Console()
     if not c.is_terminal:
@@ -88,7 +91,6 @@ def _fold_constants(df, cols):
 
 
 def print_table(df, title, top=None):
-    from rich.table import Table
 
     cols, const = _fold_constants(df, [c for c in COLS if c[0] in df.columns])
     if const:
@@ -104,7 +106,6 @@ def print_table(df, title, top=None):
 
 def summary(df) -> str:
     """'N configurations (V valid, F fit) in T s; batch: unit' and the sweep's notes."""
-    import numpy as np
 
     n = len(df)
     valid = int(np.sum(df["valid"])) if n else 0

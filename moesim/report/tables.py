@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
 from moesim import units as U
 
 
@@ -47,7 +50,6 @@ def _estimate_title(r) -> str:
 def _ops_table(r, wide: bool):
     """One row per op, slowest first; narrow terminals drop stage and provenance (in --json),
     never wrap cells."""
-    from rich.table import Table
 
     t = Table(title=_estimate_title(r), title_justify="left")
     cols = OP_COLUMNS if wide else [x for x in OP_COLUMNS if x[0] not in ("stage", "provenance")]
@@ -118,7 +120,6 @@ def _model_lines(r) -> list[str]:
 
 
 def print_estimate(r) -> None:
-    from rich.console import Console
 
     c = Console()
     c.print(_ops_table(r, wide=c.width >= 100))

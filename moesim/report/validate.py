@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from moesim.report.plots import plot_parity
 from moesim.report.writer import write_text
 
 COLUMNS = ("case", "class", "metric", "predicted", "published", "error", "tolerance", "result")
@@ -28,8 +32,6 @@ def _pct(v) -> str:
 
 
 def print_validate(checks, summ) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     t = Table(title="moesim validate — predictions vs published", title_justify="left")
     for col in COLUMNS:
@@ -48,7 +50,6 @@ def print_validate(checks, summ) -> None:
 
 def write_report(checks, summ, out: Path) -> None:
     """Markdown table of every check and per-class summary, and the parity plot beside it (.png)."""
-    from moesim.report.plots import plot_parity
 
     png = out.with_suffix(".png")
     plot_parity(checks, png)
