@@ -396,7 +396,7 @@ def extract(reference_csv: Path, out_root: Path) -> dict[str, int]:
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
-    from moesim.specs.loader import data_root
+    from moesim.specs.loader import data_root  # lazy: only the maintenance entry point needs it
 
     ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("calibration/measurements")

@@ -60,7 +60,7 @@ _FLUSH = {}
 
 
 def time_cuda(fn: Callable, warmup: int, repeats: int, flush_l2: bool = True) -> float:  # pragma: no cover - GPU
-    import torch
+    import torch  # lazy: torch only when timing on a GPU (the harness imports without it)
 
     dev = torch.cuda.current_device()
     if flush_l2 and dev not in _FLUSH:
@@ -86,7 +86,7 @@ def default_timer(device: str) -> Callable[[Callable, int, int], float]:
 
 def free_device_memory(device: str) -> None:
     if device == "cuda":  # pragma: no cover - GPU
-        import torch
+        import torch  # lazy: torch only when timing on a GPU
 
         torch.cuda.empty_cache()
 
@@ -108,6 +108,7 @@ def _pending(spec: KernelSpec, backend: str, device: str, out: Path, todo: Itera
 
 def _progress(spec: KernelSpec, backend: str, device: str, total: int, console):
     """A rich progress bar (started) and its task."""
+    # lazy: rich's progress bar only while a run prints one
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     prog = Progress(

@@ -30,6 +30,7 @@ from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.work import kernel_work, peak_flops
+from moesim.specs.loader import data_root
 
 
 def _norm_gpu(name) -> str:
@@ -93,8 +94,6 @@ def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
     GPU is refused (CalibrationError) unless force=True.
     """
     if path is None:
-        from moesim.specs.loader import data_root
-
         path = data_root() / "calibration" / "profiles" / f"{hardware.name}.yaml"
         if not path.exists():
             alt = path.with_name(_norm_gpu(hardware.name) + ".yaml")
