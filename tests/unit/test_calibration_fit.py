@@ -132,6 +132,7 @@ def test_ll_latency_and_logical_bandwidth_rows_agree():
 
 
 # ---------------------------------------------------------------------------- one schema: writer -> reader
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 def test_schema_round_trip_fit_writes_reader_reads_the_same_numbers(h800_fit, tmp_path):
     from moesim.perf.profile import Profile
 
@@ -150,6 +151,7 @@ def test_schema_round_trip_fit_writes_reader_reads_the_same_numbers(h800_fit, tm
     np.testing.assert_array_equal(a.kernel_time("gemm", **shape), b.kernel_time("gemm", **shape))
 
 
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 def test_the_writer_refuses_what_the_reader_would_refuse(h800_fit):
     import copy
 
@@ -162,6 +164,7 @@ def test_the_writer_refuses_what_the_reader_would_refuse(h800_fit):
         S.validate(bad, "fit")
 
 
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
 @pytest.mark.parametrize(
     "value, ok",
     [(0.5, True), (1, True), ("0.5", False), (True, False), (float("nan"), False), (0.0, False), (None, False)],
