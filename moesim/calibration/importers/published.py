@@ -203,6 +203,10 @@ def _ep_of(cond: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+NORMAL_SUPERSEDED = "superseded: Feb 2025 internode kernels; DEP-009..012 (after PR #130) replace EP32/EP64"
+LL_SUPERSEDED = "superseded: pure-RDMA LL kernels; NVLink-assisted LL (DEP-037..052, PR #173) replace EP8-EP64"
+
+
 def _deepep_row(op: str, ref: str, **kw) -> dict:
     """A DeepEP measurement row: H800, DeepSeek-V3 routing (hidden 7168, top-8 of 256, 8 GPUs per node)."""
     row = dict(
@@ -244,11 +248,7 @@ def _deepep_normal_row(r) -> dict:
         time_s=logical / (bw * 1e9),
         GBps=bw,
         source=f"{r.id} ({r.value} {r.unit} {'NVL' if intranode else 'RDMA'}): {r.source}",
-        exclude=(
-            "superseded: Feb 2025 internode kernels; DEP-009..012 (after PR #130) replace EP32/EP64"
-            if superseded
-            else ""
-        ),
+        exclude=NORMAL_SUPERSEDED if superseded else "",
         note=(
             f"time_s derived = logical bytes / published bandwidth; logical bytes = 4096 tokens x "
             f"{copies:.3f} {'distinct ranks incl. self' if intranode else 'distinct nodes incl. own'} "
@@ -292,11 +292,7 @@ def _deepep_ll_row(kern: str, ep: int, source: str, g: pd.DataFrame) -> dict | N
         time_s=t,
         GBps=bw,
         source=_src(both, [f"{v} {u}" for v, u in zip(both.value, both.unit)]),
-        exclude=(
-            "superseded: pure-RDMA LL kernels; NVLink-assisted LL (DEP-037..052, PR #173) replace EP8-EP64"
-            if superseded
-            else ""
-        ),
+        exclude=LL_SUPERSEDED if superseded else "",
         note="time_s = published latency; GBps = DeepEP logical bandwidth = 128 x 8 pairs x "
         f"{per_logical:.0f} B / latency (checked)" + kernels,
     )
