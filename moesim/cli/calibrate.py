@@ -1,14 +1,22 @@
 """`moesim calibrate {run,fit,show}`: time kernels, fit profiles, show them.
 
-Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer only); torch,
-scipy and pandas load inside the commands.
+Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer, yaml); numpy,
+torch, scipy and pandas load inside the commands. The work is in moesim.calibration (runners,
+fit) and moesim.perf.profile (reader).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
 
 import typer
+
+from moesim.calibration.runners import backends as B
+from moesim.calibration.runners.harness import run_kernel as _run
+from moesim.errors import CalibrationError
+from moesim.specs.loader import data_root
 
 app = typer.Typer(
     add_completion=False,
@@ -44,14 +52,7 @@ def run_kernel(
     is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
     descheduled.
     """
-    import importlib
-
-    from moesim.calibration.runners import backends as B
-    from moesim.calibration.runners.harness import run_kernel as _run
-
     if kernel not in B.KERNELS:
-        from moesim.errors import CalibrationError
-
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
     if kernel == "deepep":
         return _run_deepep(backend, quick, out, echo)
@@ -63,13 +64,11 @@ def run_kernel(
         return None
     spec = importlib.import_module(RUNNERS[kernel]).SPEC
     if threads and dev == "cpu":
-        import torch
+        import torch  # lazy: torch only for a CPU run (start-up time of every other command)
 
         torch.set_num_threads(int(threads))
     machine = B.machine_info(dev, b)
     if out is None:
-        from moesim.specs.loader import data_root
-
         out = data_root() / "calibration" / "measurements" / B.gpu_slug(machine["gpu"]) / f"{kernel}.csv"
     res = _run(
         spec,
@@ -91,14 +90,8 @@ def run_kernel(
 
 
 def _run_deepep(backend, quick, out, echo):  # pragma: no cover - needs GPUs
-    import os
-
-    from moesim.calibration.runners import backends as B
-
     b = backend or "deep_ep"
     if b not in B.BACKENDS["deepep"]:
-        from moesim.errors import CalibrationError
-
         raise CalibrationError(f"--backend {b!r} is not available for deepep; allowed: deep_ep, nccl")
     if not B.library("torch").available:
         echo("skipped: torch not importable")
@@ -109,11 +102,9 @@ def _run_deepep(backend, quick, out, echo):  # pragma: no cover - needs GPUs
     if not B.cuda_available():
         echo("skipped: no CUDA device visible to torch")
         return None
-    from moesim.calibration.runners import deepep
+    from moesim.calibration.runners import deepep  # lazy: torch.distributed, only for a deepep run
 
     if out is None:
-        from moesim.specs.loader import data_root
-
         name = B.machine_info("cuda", b)["gpu"]
         out = (
             data_root()
@@ -156,7 +147,7 @@ def fit_cmd(
     note: str = typer.Option("", "--note", help="device note stored in the profile"),
 ):
     """Fit efficiency curves and alpha-beta parameters; print the cross-validation table."""
-    from moesim.calibration import fit as F
+    from moesim.calibration import fit as F  # lazy: pandas + scipy (CLI start-up time)
 
     prof = F.fit(csv or [], gpu=gpu, out=out, inherit=inherit or [], folds=folds, device_note=note)
     print_cv_table(prof)
@@ -164,10 +155,12 @@ def fit_cmd(
 
 
 def print_cv_table(prof: dict) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich tables only when printing (start-up time)
     from rich.table import Table
 
-    rows = __import__("moesim.calibration.fit", fromlist=["cv_table"]).cv_table(prof)
+    from moesim.calibration.fit import cv_table  # lazy: pandas + scipy (CLI start-up time)
+
+    rows = cv_table(prof)
     t = Table(title=f"cross-validation, {prof['gpu']} (held-out rows, |predicted/measured - 1|)")
     for c in ("kernel", "rows", "folds", "median abs err %", "max abs err %"):
         t.add_column(c, justify="left" if c == "kernel" else "right")
@@ -186,12 +179,11 @@ def _pct(v) -> str:
 @app.command("show")
 def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200) or a profile path")):
     """Print a profile: provenance, parameters and CV error of every kernel and collective."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich tables only when printing (start-up time)
     from rich.table import Table
 
-    from moesim.errors import CalibrationError
-    from moesim.perf.profile import Profile, _prov, read_profile_file
-    from moesim.specs.loader import data_root
+    from moesim.perf.profile import Profile, read_profile_file  # lazy: numpy (CLI start-up time)
+    from moesim.perf.profile.provenance import entry_provenance
 
     p = Path(gpu)
     if not (p.suffix in (".yaml", ".yml") or "/" in gpu):
@@ -225,12 +217,12 @@ def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200
             cv = e.get("cv") or {}
             t.add_row(
                 f"{mode} {op}",
-                _prov(e),
+                entry_provenance(e),
                 alpha,
                 str(pr["rdma_GBps"]),
                 str(pr["nvlink_GBps"]),
                 f"{_pct(cv.get('median_abs_pct'))} / {_pct(cv.get('max_abs_pct'))}",
             )
     for op, e in data["collectives"].items():
-        t.add_row(op, _prov(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
+        t.add_row(op, entry_provenance(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
     con.print(t)

@@ -3,7 +3,8 @@
 Kernels: time = max(FLOP / (peak * eff_c), bytes / (hbm_bw * eff_m)) + launch  (roofline,
 Williams et al. 2009; efficiencies from the calibration profile in `calibrated` mode).
 Collectives: alpha-beta per link class (Hockney); all-to-all runs NVLink and RDMA concurrently:
-time = alpha + max(rdma_bytes / rdma_bw, nvlink_bytes / nvlink_bw).
+time = alpha + max(rdma_bytes / rdma_bw, nvlink_bytes / nvlink_bw) (moesim.perf.collectives, the
+one definition the calibration fit uses too).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
+from moesim.perf.collectives import a2a_wire_s, collective_terms
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.workload.ops import OpWork
@@ -146,27 +148,17 @@ class CostModel:
                 if params is not None:
                     alpha, rdma_bw, nvl_bw = params
                     prov = Provenance.FITTED.value
-            nvl_bw = np.where(np.asarray(nvl_bw, float) > 0, nvl_bw, rdma_bw)  # no NVLink: all over the NIC
-            net = np.maximum(rdma / rdma_bw, nvl / nvl_bw)
+            net = a2a_wire_s(rdma, nvl, rdma_bw, nvl_bw)  # no NVLink: all over the NIC
         else:
-            # all-reduce / all-gather over NVLink inside one domain, else over RDMA. NCCL picks the
-            # faster algorithm: ring (2(n-1) latency steps, 2(n-1)/n M on the wire for all-reduce)
-            # or one-shot/LL (every rank pushes its data to all peers at once: one latency step for
-            # all-gather, two for all-reduce, (n-1) M on the wire) — NCCL tuning model.
+            # all-reduce / all-gather over NVLink inside one domain, else over RDMA; NCCL picks ring or
+            # one-shot/LL, the faster (NCCL tuning model; moesim.perf.collectives.collective_terms)
             inside = group <= hw.domain_gpus
             bw = np.where(
                 inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0), hw.rdma_Bps(achievable)
             )
             lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
             msg = np.asarray(op.shape.get("bytes", 0.0), float)
-            ring_bytes = nvl + rdma
-            if op.comm_op == "all_reduce":
-                a_ring, a_one, one_bytes = 2.0 * (group - 1.0) * lat, 2.0 * lat, (group - 1.0) * msg
-            else:
-                a_ring, a_one, one_bytes = (group - 1.0) * lat, lat, ring_bytes
-            use_one = a_one + one_bytes / bw < a_ring + ring_bytes / bw
-            alpha = np.where(use_one, a_one, a_ring)
-            wire = np.where(use_one, one_bytes, ring_bytes)
+            alpha, wire = collective_terms(op.comm_op, group, msg, nvl + rdma, lat, bw)
             if self.profile is not None:
                 params = self.profile.collective_params(op.comm_op)
                 if params is not None:

@@ -1,6 +1,7 @@
 """Kernel-time models shared by the calibration fit (moesim.calibration.fit) and the profile
 reader (moesim.perf.profile). One definition, so a fitted parameter means the same thing on both
-sides. Everything is vectorized numpy; nothing here reads files.
+sides (collectives' alpha-beta times: moesim.perf.collectives). Everything is vectorized numpy;
+nothing here reads files.
 
 Efficiency is defined against the roofline of the kernel's own work:
 
@@ -197,26 +198,3 @@ def efficiency_from_times(t_roof, t_model):
         eta = np.where(t_model > 0, t_roof / t_model, 1.0)
     eta = np.where(t_roof > 0, eta, 1.0)
     return np.clip(eta, 1e-9, 1.0)
-
-
-def alpha_beta_a2a(alpha_s, rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps):
-    """EP all-to-all: time = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps)."""
-    return alpha_s + np.maximum(np.asarray(rdma_bytes, float) / rdma_Bps, np.asarray(nvl_bytes, float) / nvl_Bps)
-
-
-def by_ep_params(knots: dict, ep):
-    """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
-    piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the
-    knots whose traffic stays inside the domain."""
-    x = np.log2(np.asarray(ep, float))
-    kx = np.log2(np.asarray(knots["ep"], float))
-    alpha = np.interp(x, kx, np.asarray(knots["alpha_us"], float)) * 1e-6
-    rk = [i for i, b in enumerate(knots["rdma_GBps"]) if b is not None]
-    nk = [i for i, b in enumerate(knots["nvlink_GBps"]) if b is not None]
-    # interpolate time per byte (1/bandwidth), the quantity that adds
-    rdma = 1e9 / np.interp(x, kx[rk], [1.0 / knots["rdma_GBps"][i] for i in rk]) if rk else np.full_like(x, 1e30)
-    nvl = 1e9 / np.interp(x, kx[nk], [1.0 / knots["nvlink_GBps"][i] for i in nk]) if nk else np.full_like(x, 1e30)
-    return alpha, rdma, nvl
-
-
-OVERLAP_PARAMS = ("eta_c", "eta_m", "t0_us", "c")

@@ -131,6 +131,61 @@ def test_ll_latency_and_logical_bandwidth_rows_agree():
         assert 128 * 8 * per / float(r["time_s"]) / 1e9 == pytest.approx(float(r["GBps"]), rel=0.06)
 
 
+# ---------------------------------------------------------------------------- one schema: writer -> reader
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
+def test_schema_round_trip_fit_writes_reader_reads_the_same_numbers(h800_fit, tmp_path):
+    from moesim.perf.profile import Profile
+
+    out = tmp_path / "h800.yaml"
+    F.write_profile(h800_fit, out)
+    back = read_profile_file(out)
+    for sec in ("kernels", "comm", "collectives", "launch", "roofline", "rows_used"):
+        assert back[sec] == h800_fit[sec], sec
+    hw = load_hardware("h800")
+    a, b = Profile(back, hardware=hw), Profile(h800_fit, hardware=hw)
+    ep = np.array([8.0, 64.0, 256.0])
+    for mode in ("deepep-ll", "deepep-normal"):
+        for x, y in zip(a.comm_params(mode, "dispatch", ep), b.comm_params(mode, "dispatch", ep)):
+            np.testing.assert_array_equal(x, y)
+    shape = dict(m=np.array([64.0, 4096.0]), n=7168.0, k=2048.0)
+    np.testing.assert_array_equal(a.kernel_time("gemm", **shape), b.kernel_time("gemm", **shape))
+
+
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
+def test_the_writer_refuses_what_the_reader_would_refuse(h800_fit):
+    import copy
+
+    from moesim.perf.profile import schema as S
+
+    S.validate(h800_fit, "fit")  # a fitted profile is inside the schema
+    bad = copy.deepcopy(h800_fit)
+    bad["comm"]["deepep-ll"]["dispatch"]["params"]["nvlink_frac_nominal"] = 1.5
+    with pytest.raises(CalibrationError, match=r"comm.deepep-ll.dispatch.params.nvlink_frac_nominal = 1.5.*\(0, 1\]"):
+        S.validate(bad, "fit")
+
+
+@pytest.mark.slow  # h800_fit fits the published H800 tables (seconds)
+@pytest.mark.parametrize(
+    "value, ok",
+    [(0.5, True), (1, True), ("0.5", False), (True, False), (float("nan"), False), (0.0, False), (None, False)],
+)
+def test_every_profile_number_is_checked(h800_fit, value, ok):
+    import copy
+
+    from moesim.perf.profile import schema as S
+
+    d = copy.deepcopy(h800_fit)
+    d["kernels"]["gemm"]["params"]["eta_m"] = value
+    if ok:
+        S.validate(d, "p")
+    else:
+        with pytest.raises(CalibrationError, match=r"kernels.gemm.params.eta_m = .*allowed a finite number \(0, 1\]"):
+            S.validate(d, "p")
+    d["kernels"]["gemm"]["params"]["eta_m"] = 0.5
+    d["kernels"]["gemm"]["params"]["q"] = float("inf")  # .inf = max
+    S.validate(d, "p")
+
+
 # ---------------------------------------------------------------------------- profile reader
 @pytest.fixture(scope="module")
 def h800():

@@ -37,7 +37,6 @@ from moesim.workload.comm import combine_bytes_per_token, dispatch_bytes_per_tok
 
 HIDDEN, TOPK, EXPERTS, GPN = 7168, 8, 256, 8
 KERNEL_FAMILIES = ("DG", "FMLA", "DEP", "PPLXK")
-SYSTEM_FAMILIES = ("OII", "PPLX", "DSV3", "ISCA")
 
 
 def _load(path: Path) -> pd.DataFrame:
@@ -204,125 +203,118 @@ def _ep_of(cond: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+NORMAL_SUPERSEDED = "superseded: Feb 2025 internode kernels; DEP-009..012 (after PR #130) replace EP32/EP64"
+LL_SUPERSEDED = "superseded: pure-RDMA LL kernels; NVLink-assisted LL (DEP-037..052, PR #173) replace EP8-EP64"
+
+
+def _deepep_row(op: str, ref: str, **kw) -> dict:
+    """A DeepEP measurement row: H800, DeepSeek-V3 routing (hidden 7168, top-8 of 256, 8 GPUs per node)."""
+    row = dict(
+        COMMON_H800,
+        kernel="deepep",
+        backend="deep_ep",
+        op=op,
+        hidden=HIDDEN,
+        topk=TOPK,
+        experts=EXPERTS,
+        gpus_per_node=GPN,
+        dtype="fp8" if op == "dispatch" else "bf16",
+        date=_date(ref),
+        lib_versions=_commit(ref),
+    )
+    row.update(kw)
+    return row
+
+
+def _deepep_normal_row(r) -> dict:
+    """Normal kernels publish a logical bottleneck bandwidth only: time = logical bytes / bandwidth."""
+    ep = _ep_of(r.condition)
+    op = "dispatch" if "dispatch" in r.kernel_or_system else "combine"
+    intranode = r.condition.startswith("Intranode")
+    groups = min(max(ep // GPN, 1), 4)
+    copies = float(deepep_logical_copies("nvl" if intranode else "rdma", ep, GPN, EXPERTS, TOPK, groups))
+    per = dispatch_bytes_per_token(HIDDEN) if op == "dispatch" else combine_bytes_per_token(HIDDEN)
+    logical = 4096 * copies * per
+    bw = float(r.value)
+    superseded = "original (Feb 2025) kernels" in r.notes and ep >= 32
+    return _deepep_row(
+        op,
+        r.source,
+        mode="normal",
+        ep=ep,
+        tokens=4096,
+        topk_groups=groups,
+        bytes=logical,
+        time_s=logical / (bw * 1e9),
+        GBps=bw,
+        source=f"{r.id} ({r.value} {r.unit} {'NVL' if intranode else 'RDMA'}): {r.source}",
+        exclude=NORMAL_SUPERSEDED if superseded else "",
+        note=(
+            f"time_s derived = logical bytes / published bandwidth; logical bytes = 4096 tokens x "
+            f"{copies:.3f} {'distinct ranks incl. self' if intranode else 'distinct nodes incl. own'} "
+            f"x {per:.0f} B (DeepEP test counting" + (")" if intranode else f", tokens limited to top-{groups} nodes)")
+        ),
+    )
+
+
+def _deepep_ll_row(kern: str, ep: int, source: str, g: pd.DataFrame) -> dict | None:
+    """Low-latency kernels: the published latency, checked against the logical bandwidth."""
+    lat = g[g.metric == "latency"]
+    bwr = g[g.metric == "RDMA bandwidth"]
+    if lat.empty:
+        return None
+    op = "dispatch" if "dispatch" in kern else "combine"
+    t = float(lat.value.iloc[0]) * 1e-6
+    bw = float(bwr.value.iloc[0]) if not bwr.empty else None
+    per_logical = (
+        dispatch_bytes_per_token(HIDDEN, header_bytes=16) if op == "dispatch" else combine_bytes_per_token(HIDDEN)
+    )
+    logical = 128 * TOPK * per_logical
+    if bw is not None and abs(logical / t / 1e9 / bw - 1) > 0.06:
+        raise CalibrationError(f"{lat.id.iloc[0]}: latency and logical bandwidth disagree")
+    superseded = "ebfe47e" in source and ep <= 64  # the original pure-RDMA kernels
+    kernels = (
+        "; NVLink-assisted LL kernels"
+        if "d8dd185" in source
+        else "; EP128/EP256 figures unchanged in the NVLink-assisted README (DEP-037 notes)"
+        if ep >= 128
+        else "; pure-RDMA LL kernels"
+    )
+    both = pd.concat([lat, bwr])
+    return _deepep_row(
+        op,
+        source,
+        mode="ll",
+        ep=ep,
+        tokens=128,
+        topk_groups="",
+        bytes=logical,
+        time_s=t,
+        GBps=bw,
+        source=_src(both, [f"{v} {u}" for v, u in zip(both.value, both.unit)]),
+        exclude=LL_SUPERSEDED if superseded else "",
+        note="time_s = published latency; GBps = DeepEP logical bandwidth = 128 x 8 pairs x "
+        f"{per_logical:.0f} B / latency (checked)" + kernels,
+    )
+
+
 def deepep_rows(df: pd.DataFrame) -> list[dict]:
     d = df[df.family == "DEP"]
-    out = []
-    bd, bc = dispatch_bytes_per_token(HIDDEN), combine_bytes_per_token(HIDDEN)
-    # normal kernels: bandwidth only
-    for r in d[d.kernel_or_system.str.startswith("DeepEP normal")].itertuples():
-        ep = _ep_of(r.condition)
-        op = "dispatch" if "dispatch" in r.kernel_or_system else "combine"
-        intranode = r.condition.startswith("Intranode")
-        nodes = max(ep // GPN, 1)
-        groups = min(nodes, 4)
-        kind = "nvl" if intranode else "rdma"
-        copies = float(deepep_logical_copies(kind, ep, GPN, EXPERTS, TOPK, groups))
-        per = bd if op == "dispatch" else bc
-        logical = 4096 * copies * per
-        bw = float(r.value)
-        t = logical / (bw * 1e9)
-        superseded = "original (Feb 2025) kernels" in r.notes and ep >= 32
-        out.append(
-            dict(
-                COMMON_H800,
-                kernel="deepep",
-                backend="deep_ep",
-                mode="normal",
-                op=op,
-                ep=ep,
-                tokens=4096,
-                hidden=HIDDEN,
-                topk=TOPK,
-                experts=EXPERTS,
-                gpus_per_node=GPN,
-                topk_groups=groups,
-                dtype="fp8" if op == "dispatch" else "bf16",
-                bytes=logical,
-                time_s=t,
-                GBps=bw,
-                date=_date(r.source),
-                lib_versions=_commit(r.source),
-                source=f"{r.id} ({r.value} {r.unit} {'NVL' if intranode else 'RDMA'}): {r.source}",
-                exclude=(
-                    "superseded: Feb 2025 internode kernels; DEP-009..012 (after PR #130) replace EP32/EP64"
-                    if superseded
-                    else ""
-                ),
-                note=(
-                    f"time_s derived = logical bytes / published bandwidth; logical bytes = 4096 tokens x "
-                    f"{copies:.3f} {'distinct ranks incl. self' if intranode else 'distinct nodes incl. own'} "
-                    f"x {per:.0f} B (DeepEP test counting"
-                    + (")" if intranode else f", tokens limited to top-{groups} nodes)")
-                ),
-            )
-        )
-    # low-latency kernels: latency + logical bandwidth pairs
+    out = [_deepep_normal_row(r) for r in d[d.kernel_or_system.str.startswith("DeepEP normal")].itertuples()]
     ll = d[d.kernel_or_system.str.startswith("DeepEP low-latency")]
     for (kern, ep, source), g in ll.groupby([ll.kernel_or_system, ll.condition.map(_ep_of), ll.source], sort=False):
-        lat = g[g.metric == "latency"]
-        bwr = g[g.metric == "RDMA bandwidth"]
-        if lat.empty:
-            continue
-        op = "dispatch" if "dispatch" in kern else "combine"
-        t = float(lat.value.iloc[0]) * 1e-6
-        bw = float(bwr.value.iloc[0]) if not bwr.empty else None
-        per_logical = dispatch_bytes_per_token(HIDDEN, header_bytes=16) if op == "dispatch" else bc
-        logical = 128 * TOPK * per_logical
-        if bw is not None and abs(logical / t / 1e9 / bw - 1) > 0.06:
-            raise CalibrationError(f"{lat.id.iloc[0]}: latency and logical bandwidth disagree")
-        nvlink_assisted = "d8dd185" in source
-        original = "ebfe47e" in source
-        superseded = original and ep <= 64
-        both = pd.concat([lat, bwr])
-        out.append(
-            dict(
-                COMMON_H800,
-                kernel="deepep",
-                backend="deep_ep",
-                mode="ll",
-                op=op,
-                ep=ep,
-                tokens=128,
-                hidden=HIDDEN,
-                topk=TOPK,
-                experts=EXPERTS,
-                gpus_per_node=GPN,
-                topk_groups="",
-                dtype="fp8" if op == "dispatch" else "bf16",
-                bytes=logical,
-                time_s=t,
-                GBps=bw,
-                date=_date(source),
-                lib_versions=_commit(source),
-                source=_src(both, [f"{v} {u}" for v, u in zip(both.value, both.unit)]),
-                exclude=(
-                    "superseded: pure-RDMA LL kernels; NVLink-assisted LL (DEP-037..052, PR #173) replace EP8-EP64"
-                    if superseded
-                    else ""
-                ),
-                note=(
-                    "time_s = published latency; GBps = DeepEP logical bandwidth = 128 x 8 pairs x "
-                    f"{per_logical:.0f} B / latency (checked)"
-                    + (
-                        "; NVLink-assisted LL kernels"
-                        if nvlink_assisted
-                        else "; EP128/EP256 figures unchanged in the NVLink-assisted README (DEP-037 notes)"
-                        if ep >= 128
-                        else "; pure-RDMA LL kernels"
-                    )
-                ),
-            )
-        )
+        row = _deepep_ll_row(kern, ep, source, g)
+        if row is not None:
+            out.append(row)
     # V2 (ElasticBuffer) figures: recorded, not fitted
     for r in d[d.kernel_or_system.str.startswith("DeepEP V2 ") & (d.unit == "GB/s")].itertuples():
-        op = "dispatch" if "dispatch" in r.kernel_or_system else "combine"
         out.append(
             dict(
                 COMMON_H800,
                 kernel="deepep",
                 backend="deep_ep_v2",
                 mode="v2",
-                op=op,
+                op="dispatch" if "dispatch" in r.kernel_or_system else "combine",
                 tokens=8192,
                 hidden=HIDDEN,
                 topk=TOPK,
@@ -400,7 +392,7 @@ def extract(reference_csv: Path, out_root: Path) -> dict[str, int]:
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
-    from moesim.specs.loader import data_root
+    from moesim.specs.loader import data_root  # lazy: only the maintenance entry point needs it
 
     ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("calibration/measurements")

@@ -18,6 +18,8 @@ import platform
 import subprocess
 from dataclasses import dataclass
 
+from moesim.errors import CalibrationError
+
 KERNELS = ("gemm", "grouped_gemm", "mla", "deepep", "memcpy")
 BACKENDS = {
     "gemm": ("deep_gemm", "torch"),
@@ -67,7 +69,7 @@ def cuda_available() -> bool:
     lib = library("torch")
     if not lib.available:
         return False
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     return bool(torch.cuda.is_available())
 
@@ -77,16 +79,12 @@ def resolve_device(device: str | None) -> str:
         return "cuda" if cuda_available() else "cpu"
     d = str(device).lower()
     if d not in ("cpu", "cuda"):
-        from moesim.errors import CalibrationError
-
         raise CalibrationError(f"--device: {device!r} is not one of {{auto, cpu, cuda}}")
     return d
 
 
 def choose_backend(kernel: str, backend: str | None, device: str) -> str:
     """The backend to run, or raise Skipped with the one-line reason."""
-    from moesim.errors import CalibrationError
-
     if kernel not in BACKENDS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(KERNELS)}}}")
     allowed = BACKENDS[kernel]
@@ -167,7 +165,7 @@ def machine_info(device: str, backend: str) -> dict:
         "lib_versions": "; ".join(versions),
     }
     if device == "cuda":
-        import torch
+        import torch  # lazy: torch is optional; only a run on this backend needs it
 
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         info.update(gpu=props.name, sms=int(props.multi_processor_count), driver=_driver_version())
@@ -176,7 +174,7 @@ def machine_info(device: str, backend: str) -> dict:
     else:
         threads = os.cpu_count() or 1
         if libs["torch"].available:
-            import torch
+            import torch  # lazy: torch is optional; only a run on this backend needs it
 
             threads = torch.get_num_threads()
         info.update(gpu=f"cpu:{platform.machine()}", sms=threads, driver="")

@@ -17,8 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
+
+from moesim.calibration.records import append_rows_atomic, done_keys, row_key
+from moesim.calibration.runners.backends import machine_info
+from moesim.errors import CalibrationError
+from moesim.workload.comm import a2a_copies, combine_bytes_per_token, dispatch_bytes_per_token
 
 HIDDEN, TOPK, EXPERTS = 7168, 8, 256
 LL_TOKENS = [1, 8, 32, 64, 128, 256]
@@ -53,7 +59,7 @@ def _kernel_of(shape: dict, backend: str) -> str:
 
 
 def _routing(tokens, ep, gpus_per_node, groups, device):  # pragma: no cover - multi-GPU
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     scores = torch.randn(tokens, EXPERTS, device=device).abs() + 1
     nodes = max(ep // gpus_per_node, 1)
@@ -68,7 +74,7 @@ def _routing(tokens, ep, gpus_per_node, groups, device):  # pragma: no cover - m
 
 
 def _fp8_tokens(x):  # pragma: no cover - multi-GPU
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     m, h = x.shape
     xv = x.float().view(m, h // 128, 128)
@@ -79,8 +85,8 @@ def _fp8_tokens(x):  # pragma: no cover - multi-GPU
 
 
 def _time(fn, warmup, repeats):  # pragma: no cover - multi-GPU
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: torch is optional; only a run on this backend needs it
+    import torch.distributed as dist  # lazy: torch is optional; only a deepep/nccl run needs it
 
     for _ in range(warmup):
         fn()
@@ -100,8 +106,8 @@ def _time(fn, warmup, repeats):  # pragma: no cover - multi-GPU
 
 
 def _deep_ep_fn(shape, group, device):  # pragma: no cover - multi-GPU with DeepEP
-    import deep_ep
-    import torch
+    import deep_ep  # lazy: optional GPU library, probed by backends.choose_backend
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     ep, t = shape["ep"], shape["tokens"]
     x = torch.randn(t, HIDDEN, device=device, dtype=torch.bfloat16)
@@ -134,10 +140,8 @@ def _deep_ep_fn(shape, group, device):  # pragma: no cover - multi-GPU with Deep
 
 
 def _nccl_fn(shape, group, device):  # pragma: no cover - multi-GPU
-    import torch
-    import torch.distributed as dist
-
-    from moesim.workload.comm import a2a_copies, combine_bytes_per_token, dispatch_bytes_per_token
+    import torch  # lazy: torch is optional; only a run on this backend needs it
+    import torch.distributed as dist  # lazy: torch is optional; only a deepep/nccl run needs it
 
     ep = shape["ep"]
     if shape["op"] in ("all_reduce", "all_gather"):
@@ -168,11 +172,8 @@ def main(argv=None) -> int:  # pragma: no cover - runs under torchrun on GPUs
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
     a = ap.parse_args(argv)
-    import torch
-    import torch.distributed as dist
-
-    from moesim.calibration.records import append_rows_atomic, done_keys, row_key
-    from moesim.calibration.runners.backends import machine_info
+    import torch  # lazy: torch is optional; only a run on this backend needs it
+    import torch.distributed as dist  # lazy: torch is optional; only a deepep/nccl run needs it
 
     local = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local)
@@ -217,11 +218,8 @@ def main(argv=None) -> int:  # pragma: no cover - runs under torchrun on GPUs
 
 def launch(backend: str, quick: bool, out: Path) -> int:  # pragma: no cover - needs >= 2 GPUs
     """Single node: re-run this module under torchrun on every visible GPU."""
-    import subprocess
 
-    import torch
-
-    from moesim.errors import CalibrationError
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     n = torch.cuda.device_count()
     if n < 2:

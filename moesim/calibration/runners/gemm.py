@@ -44,7 +44,7 @@ def dtype_for(backend: str, device: str) -> str:
         return "fp8"
     if device == "cpu":
         return "fp32"  # BF16 matmul is emulated on most CPUs; FP32 gives the cleaner curve
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     if hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability() >= (8, 9):
         return "fp8"
@@ -63,7 +63,7 @@ def note(shape: dict, backend: str, device: str) -> str:
 
 
 def _fp8_block_inputs(m, n, k, device):  # pragma: no cover - GPU
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     a = torch.randn(m, k, device=device, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=device, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
@@ -73,11 +73,11 @@ def _fp8_block_inputs(m, n, k, device):  # pragma: no cover - GPU
 
 
 def build(shape: dict, backend: str, device: str):
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     m, n, k = int(shape["m"]), int(shape["n"]), int(shape["k"])
     if backend == "deep_gemm":  # pragma: no cover - needs DeepGEMM on a Hopper GPU
-        import deep_gemm
+        import deep_gemm  # lazy: optional GPU library, probed by backends.choose_backend
 
         a, sa, b, sb = _fp8_block_inputs(m, n, k, device)
         out = torch.empty(m, n, device=device, dtype=torch.bfloat16)

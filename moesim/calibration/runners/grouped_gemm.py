@@ -65,12 +65,12 @@ def note(shape: dict, backend: str, device: str) -> str:
 
 
 def build(shape: dict, backend: str, device: str):
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     g, m, n, k = int(shape["groups"]), int(shape["m"]), int(shape["n"]), int(shape["k"])
     layout = shape["layout"]
     if backend == "deep_gemm":  # pragma: no cover - needs DeepGEMM on a Hopper GPU
-        import deep_gemm
+        import deep_gemm  # lazy: optional GPU library, probed by backends.choose_backend
 
         f8 = torch.float8_e4m3fn
         kb, nb = (k + 127) // 128, (n + 127) // 128

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moesim.calibration.records import SHAPE_COLUMNS, append_rows_atomic, done_keys, row_key
+from moesim.calibration.runners.backends import machine_info
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -59,7 +60,7 @@ _FLUSH = {}
 
 
 def time_cuda(fn: Callable, warmup: int, repeats: int, flush_l2: bool = True) -> float:  # pragma: no cover - GPU
-    import torch
+    import torch  # lazy: torch only when timing on a GPU (the harness imports without it)
 
     dev = torch.cuda.current_device()
     if flush_l2 and dev not in _FLUSH:
@@ -85,9 +86,66 @@ def default_timer(device: str) -> Callable[[Callable, int, int], float]:
 
 def free_device_memory(device: str) -> None:
     if device == "cuda":  # pragma: no cover - GPU
-        import torch
+        import torch  # lazy: torch only when timing on a GPU
 
         torch.cuda.empty_cache()
+
+
+def _pending(spec: KernelSpec, backend: str, device: str, out: Path, todo: Iterable[dict], machine: dict):
+    """(rows still to time, how many shapes the CSV already has)."""
+    done = done_keys(out)
+    base = {"kernel": spec.kernel, "backend": backend, "dtype": spec.dtype(backend, device), **machine}
+    pending = []
+    skipped = 0
+    for s in todo:
+        row = {**base, **s}
+        if row_key(row) in done:
+            skipped += 1
+        else:
+            pending.append(row)
+    return pending, skipped
+
+
+def _progress(spec: KernelSpec, backend: str, device: str, total: int, console):
+    """A rich progress bar (started) and its task."""
+    # lazy: rich's progress bar only while a run prints one
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(
+        TextColumn(f"[bold]{spec.kernel}[/] {backend}/{device}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=False,
+    )
+    prog.start()
+    return prog, prog.add_task("", total=total)
+
+
+PROGRESS_KEYS = ("m", "n", "k", "groups", "batch", "context", "ep", "tokens", "bytes", "layout", "op")
+
+
+def _time_row(spec: KernelSpec, row: dict, backend: str, device: str, timing: tuple, label: str) -> dict:
+    """Time one shape; the row with time_s (and tflops / GBps when the spec knows the work)."""
+    warmup, repeats, timer = timing
+    shape = {c: row[c] for c in SHAPE_COLUMNS if c in row and c != "dtype"}
+    fn = spec.build(shape, backend, device)
+    t = float(timer(fn, warmup, repeats)) / float(getattr(fn, "calls", 1))
+    del fn
+    free_device_memory(device)
+    row = dict(row)
+    row["time_s"] = t
+    if spec.work is not None:
+        flops, nbytes = spec.work(shape, spec.dtype(backend, device))
+        if flops:
+            row["tflops"] = flops / t / 1e12
+        if nbytes:
+            row["GBps"] = nbytes / t / 1e9
+    row["source"] = label
+    row["note"] = spec.note(shape, backend, device) or f"median of {repeats} timed calls after {warmup} warm-up"
+    return row
 
 
 def run_kernel(
@@ -108,69 +166,24 @@ def run_kernel(
     """Time every shape not yet in `out` and append one row per shape."""
     out = Path(out)
     if machine is None:
-        from moesim.calibration.runners.backends import machine_info
-
         machine = machine_info(device, backend)
     warmup = warmup if warmup is not None else (2 if quick else 5)
     repeats = repeats if repeats is not None else (5 if quick else 20) if device == "cpu" else (10 if quick else 30)
-    timer = timer or default_timer(device)
-    dtype = spec.dtype(backend, device)
+    timing = (warmup, repeats, timer or default_timer(device))
     todo = list(shapes) if shapes is not None else spec.shapes(quick, device, backend)
-    done = done_keys(out)
-    base = {"kernel": spec.kernel, "backend": backend, "dtype": dtype, **machine}
-    pending = []
-    skipped = 0
-    for s in todo:
-        row = {**base, **s}
-        if row_key(row) in done:
-            skipped += 1
-        else:
-            pending.append(row)
+    pending, skipped = _pending(spec, backend, device, out, todo, machine)
     result = RunResult(out, 0, skipped)
-    prog = None
-    if progress and pending:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        prog = Progress(
-            TextColumn(f"[bold]{spec.kernel}[/] {backend}/{device}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=console,
-            transient=False,
-        )
-        prog.start()
-        task = prog.add_task("", total=len(pending))
+    label = (
+        f"local run: moesim calibrate run {spec.kernel} --backend {backend} --device {device}"
+        f"{' --quick' if quick else ''} ({machine.get('gpu', '')})"
+    )
+    prog, task = _progress(spec, backend, device, len(pending), console) if progress and pending else (None, None)
     try:
         for row in pending:
-            shape = {c: row[c] for c in SHAPE_COLUMNS if c in row and c != "dtype"}
             if prog is not None:
-                prog.update(
-                    task,
-                    description=", ".join(
-                        f"{k}={v}"
-                        for k, v in shape.items()
-                        if k in ("m", "n", "k", "groups", "batch", "context", "ep", "tokens", "bytes", "layout", "op")
-                    ),
-                )
-            fn = spec.build(shape, backend, device)
-            t = float(timer(fn, warmup, repeats)) / float(getattr(fn, "calls", 1))
-            del fn
-            free_device_memory(device)
-            row = dict(row)
-            row["time_s"] = t
-            if spec.work is not None:
-                flops, nbytes = spec.work(shape, dtype)
-                if flops:
-                    row["tflops"] = flops / t / 1e12
-                if nbytes:
-                    row["GBps"] = nbytes / t / 1e9
-            row["source"] = (
-                f"local run: moesim calibrate run {spec.kernel} --backend {backend} --device {device}"
-                f"{' --quick' if quick else ''} ({machine.get('gpu', '')})"
-            )
-            row["note"] = spec.note(shape, backend, device) or f"median of {repeats} timed calls after {warmup} warm-up"
+                desc = ", ".join(f"{k}={row[k]}" for k in SHAPE_COLUMNS if k in row and k in PROGRESS_KEYS)
+                prog.update(task, description=desc)
+            row = _time_row(spec, row, backend, device, timing, label)
             append_rows_atomic(out, [row])
             result.rows.append(row)
             result.written += 1

@@ -26,7 +26,7 @@ def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
 
 
 def build(shape: dict, backend: str, device: str):
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     if shape["op"] == "launch":
         x = torch.ones(1, device=device, dtype=torch.float32)

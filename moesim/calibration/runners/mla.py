@@ -52,12 +52,12 @@ def work(shape: dict, dtype: str):
 
 
 def build(shape: dict, backend: str, device: str):
-    import torch
+    import torch  # lazy: torch is optional; only a run on this backend needs it
 
     b, s, h, ctx = int(shape["batch"]), int(shape["q_len"]), int(shape["heads"]), int(shape["context"])
     scale = 1.0 / math.sqrt(MLA_QK_DIM)
     if backend == "flash_mla":  # pragma: no cover - needs FlashMLA on a Hopper GPU
-        from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+        from flash_mla import flash_mla_with_kvcache, get_mla_metadata  # lazy: optional GPU library
 
         nblk = -(-ctx // BLOCK)
         q = torch.randn(b, s, h, MLA_QK_DIM, device=device, dtype=torch.bfloat16)

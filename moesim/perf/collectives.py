@@ -1,0 +1,68 @@
+"""alpha-beta time of a collective: the one definition the cost model (moesim.perf.cost) prices with
+and the calibration fit (moesim.calibration.fit.comm) fits, so a fitted alpha or bandwidth means
+the same thing on both sides. Vectorized numpy; SI units (s, bytes, bytes/s).
+
+Hockney (1994): a message of n bytes over a link takes alpha + n / beta. EP all-to-all (DeepEP,
+pplx-kernels, NCCL) sends over NVLink and RDMA concurrently, so the slower link sets the time:
+
+    t_a2a = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps)
+
+All-reduce / all-gather (NCCL tuning model): ring = 2(n-1) latency steps for all-reduce, n-1 for
+all-gather, with the ring bytes on the wire; one-shot (LL) = 2 steps / 1 step with (n-1) M on the
+wire for all-reduce (the all-gather's wire bytes are the ring's); NCCL picks the faster one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def hockney(alpha_s, nbytes, Bps):
+    """alpha + bytes / bandwidth (Hockney's alpha-beta model of one transfer)."""
+    return alpha_s + np.asarray(nbytes, float) / Bps
+
+
+def a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps):
+    """Wire time of an all-to-all: max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps), both links
+    in flight at once; without NVLink (bandwidth <= 0) the NVLink bytes go over the NIC too."""
+    nvl_Bps = np.where(np.asarray(nvl_Bps, float) > 0, nvl_Bps, rdma_Bps)
+    return np.maximum(np.asarray(rdma_bytes, float) / rdma_Bps, np.asarray(nvl_bytes, float) / nvl_Bps)
+
+
+def alpha_beta_a2a(alpha_s, rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps):
+    """EP all-to-all: time = alpha + max(rdma_bytes / rdma_Bps, nvlink_bytes / nvlink_Bps)."""
+    return alpha_s + a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps)
+
+
+def ring_steps(op: str, n):
+    """Latency steps of a ring collective over n ranks: 2(n-1) for all_reduce, n-1 for all_gather."""
+    n = np.asarray(n, float)
+    return 2.0 * (n - 1.0) if op == "all_reduce" else (n - 1.0)
+
+
+def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
+    """(alpha_s, wire_bytes) of an all-reduce / all-gather over n ranks: the faster of ring and
+    one-shot (module docstring); time = alpha + wire_bytes / Bps."""
+    n = np.asarray(n, float)
+    a_ring = ring_steps(op, n) * latency_s
+    if op == "all_reduce":
+        a_one, one_bytes = 2.0 * latency_s, (n - 1.0) * np.asarray(message_bytes, float)
+    else:
+        a_one, one_bytes = latency_s, ring_bytes
+    use_one = a_one + one_bytes / Bps < a_ring + ring_bytes / Bps
+    return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
+
+
+def by_ep_params(knots: dict, ep):
+    """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
+    piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the
+    knots whose traffic stays inside the domain."""
+    x = np.log2(np.asarray(ep, float))
+    kx = np.log2(np.asarray(knots["ep"], float))
+    alpha = np.interp(x, kx, np.asarray(knots["alpha_us"], float)) * 1e-6
+    rk = [i for i, b in enumerate(knots["rdma_GBps"]) if b is not None]
+    nk = [i for i, b in enumerate(knots["nvlink_GBps"]) if b is not None]
+    # interpolate time per byte (1/bandwidth), the quantity that adds
+    rdma = 1e9 / np.interp(x, kx[rk], [1.0 / knots["rdma_GBps"][i] for i in rk]) if rk else np.full_like(x, 1e30)
+    nvl = 1e9 / np.interp(x, kx[nk], [1.0 / knots["nvlink_GBps"][i] for i in nk]) if nk else np.full_like(x, 1e30)
+    return alpha, rdma, nvl

@@ -1,0 +1,264 @@
+"""Read a calibration profile (calibration/profiles/<gpu>.yaml) for the cost model.
+
+    prof = load_profile(hw)                       # None when the GPU has no profile
+    ec, em = prof.kernel_efficiency("gemm", m=m, n=n, k=k)
+    time   = max(F / (peak * ec), B / (hbm_bw * em)) + prof.launch_s
+
+Everything is vectorized over numpy arrays that broadcast (grids of millions of configurations);
+no Python loop runs over configurations. The profile is plain YAML read with yaml.safe_load.
+
+Efficiency (moesim/perf/efficiency.py): for fitted kernels eta = T_roofline / T_model of the kernel's
+own work (GEMM: F = 2*g*m*n*k, B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode:
+F = 2*b*s*h*ctx*(576+512), B = KV cache + queries + outputs) and ec = em = eta, so the cost model's
+max(...) reproduces the fitted time. For "peak" entries (best-case published figures) ec and em
+are two constants. Efficiencies are fractions of the *live* hardware spec's peaks, so a profile
+inherited by another GPU (or a --set override of peaks) scales with that GPU's numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from moesim.errors import CalibrationError
+from moesim.perf import efficiency as E
+from moesim.perf.collectives import by_ep_params
+from moesim.perf.profile import measured as M
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.provenance import comm_provenance, entry_provenance
+from moesim.perf.profile.work import kernel_work, peak_flops
+from moesim.specs.loader import data_root
+
+
+def _norm_gpu(name) -> str:
+    return str(name or "").strip().lower().replace("-", "_")
+
+
+_CACHE: dict = {}  # (path, mtime_ns, size) -> validated mapping; a sweep loads the same profile many times
+
+
+def read_profile_file(path: Path) -> dict:
+    """Parse and validate a profile file; every problem is one CalibrationError line."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _CACHE:
+        return copy.deepcopy(_CACHE[key])
+    data = _parse_profile_file(path)
+    if key is not None:
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        _CACHE[key] = copy.deepcopy(data)
+    return data
+
+
+def _parse_profile_file(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"profile {path}: cannot read ({e.__class__.__name__}: {e})") from None
+    if not text.strip():
+        raise CalibrationError(f"profile {path}: file is empty; regenerate it with `moesim calibrate fit`")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise CalibrationError(
+            f"profile {path}: corrupted YAML{where}: {problem}; regenerate it with `moesim calibrate fit`"
+        ) from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != S.SCHEMA_VERSION:
+        raise CalibrationError(
+            f"profile {path}: schema_version {version!r} is not supported (this moesim reads {S.SCHEMA_VERSION}); "
+            f"upgrade moesim, or re-fit the profile from its CSVs with `moesim calibrate fit ... --out {path}`"
+        )
+    S.validate(data, path)
+    return S.fill_sections(data)
+
+
+def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
+    """The calibration profile for `hardware` (a HardwareSpec).
+
+    Default path: calibration/profiles/<hardware.name>.yaml under moesim.specs.loader.data_root();
+    None when that file does not exist. An explicit `path` must exist. A profile fitted for another
+    GPU is refused (CalibrationError) unless force=True.
+    """
+    if path is None:
+        path = data_root() / "calibration" / "profiles" / f"{hardware.name}.yaml"
+        if not path.exists():
+            alt = path.with_name(_norm_gpu(hardware.name) + ".yaml")
+            if not alt.exists():
+                return None
+            path = alt
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise CalibrationError(f"profile {path}: file does not exist")
+    data = read_profile_file(path)
+    if hardware is not None and _norm_gpu(data["gpu"]) != _norm_gpu(hardware.name) and not force:
+        raise CalibrationError(
+            f"profile {path} was fitted for gpu {data['gpu']!r}, not {hardware.name!r}; "
+            "use that GPU's profile, re-fit, or force it (--force-profile / force=True)"
+        )
+    return Profile(data, hardware=hardware, path=path)
+
+
+class Profile:
+    """A loaded calibration profile bound to a hardware spec (or to the peaks it records)."""
+
+    def __init__(self, data: dict, hardware=None, path=None):
+        self.data = data
+        self.path = Path(path) if path else None
+        self.hardware = hardware
+        self.gpu = str(data["gpu"])
+        self.schema_version = data.get("schema_version")
+        self.date = str(data.get("date", ""))
+        self.kernels = data.get("kernels") or {}
+        self.comm = data.get("comm") or {}
+        self.collectives = data.get("collectives") or {}
+        if hardware is not None:
+            self._flops = {d: hardware.peak_flops(d) for d in ("fp8", "bf16", "fp16", "fp32")}
+            self._hbm = hardware.hbm_bw_Bps
+            self._sms = int(hardware.sms)
+            self._nom = {"rdma": hardware.rdma_Bps(False), "nvlink": hardware.nvlink_Bps(False)}
+            self._domain = int(hardware.domain_gpus)
+        else:  # no hardware spec: the peaks the profile records
+            roof = S.roofline_from_yaml(data.get("roofline") or {})
+            self._flops, self._hbm, self._sms = roof["flops"], roof["hbm_Bps"], roof["sms"]
+            self._nom, self._domain = roof["nominal"], roof["domain_gpus"]
+        launch = data.get("launch") or {}
+        if launch.get("status") == "hardware" and hardware is not None:
+            self.launch_s = float(hardware.kernel_launch_s)
+        else:
+            self.launch_s = float(launch.get("us", 0.0)) * 1e-6
+        self._tables = {fam: M.build_table(fam, self.kernels.get(fam)) for fam in M.TABLE_AXES}
+
+    def __repr__(self) -> str:
+        return f"Profile(gpu={self.gpu!r}, kernels={sorted(self.kernels)}, comm={sorted(self.comm)})"
+
+    # ------------------------------------------------------------------ kernels
+    def _work(self, family: str, e: dict, shape: dict):
+        dtype = shape.get("dtype") or e.get("dtype") or S.DEFAULT_DTYPE[family]
+        dtype = str(getattr(dtype, "value", dtype)).lower()
+        return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
+
+    def _overlap_time(self, p: dict, F, b_in, b_out, x, peak):
+        """overlap_v1 model time of a fitted entry's params (moesim.perf.efficiency.overlap_time)."""
+        q = p.get("q")  # load/compute combination exponent: absent or .inf -> max
+        q = np.inf if q is None else float(q)
+        return E.overlap_time(
+            F,
+            b_in,
+            b_out,
+            x,
+            peak,
+            self._hbm,
+            float(p["eta_c"]),
+            float(p["eta_m"]),
+            float(p["t0_us"]) * 1e-6,
+            float(p["c"]),
+            q,
+        )
+
+    def kernel_efficiency(self, family: str, **shape):
+        """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered.
+
+        Shape keywords: m, n, k, groups, layout ("masked" | "contiguous"), batch, q_len, context,
+        heads, dtype (optional; the family's fitted dtype by default), tile_pad (MMA work over
+        useful work, e.g. routed groups' partial tiles; 1 by default). Other keywords are ignored.
+        """
+        e = self.kernels.get(family)
+        if e is None:
+            return None
+        p = e["params"]
+        pad = shape.get("tile_pad")  # MMA work / useful work (routed groups' partial tiles), >= 1
+        pad = 1.0 if pad is None else np.asarray(pad, float)
+        if e["model"] == S.PEAK:
+            out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
+            return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
+        F, b_in, b_out, x, peak = self._work(family, e, shape)
+        # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
+        t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
+        eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
+        return eta, eta
+
+    def kernel_time(self, family: str, **shape):
+        """Modelled kernel time in seconds (launch overhead not included), or None if not covered."""
+        e = self.kernels.get(family)
+        if e is None or family == "elementwise":
+            return None
+        F, b_in, b_out, x, peak = self._work(family, e, shape)
+        p = e["params"]
+        pad = shape.get("tile_pad")
+        F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
+        if e["model"] == S.PEAK:
+            return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
+        return self._overlap_time(p, F, b_in, b_out, x, peak)
+
+    def measured_time(self, family: str, **shape):
+        """Raw measured kernel times (s), log-log interpolated along m (GEMMs) or context (MLA) where
+        this GPU's own measurements cover the shape (same n, k, groups, layout / heads, q_len, batch;
+        between two measured points at most 4x apart, or on one); NaN elsewhere."""
+        return M.measured_time(self._tables.get(family), family, shape)
+
+    # ------------------------------------------------------------------ collectives
+    def comm_params(self, mode, op, ep):
+        """(alpha_s, rdma_Bps, nvlink_Bps) arrays shaped like `ep`, or None if (mode, op) is not covered.
+
+        alpha is per call; entries with `alpha_intra_us` use it where ep fits in one NVLink domain.
+        Bandwidths are the fitted fractions of nominal link bandwidth times this hardware's nominal
+        values (equal to the fitted absolute values on the GPU the rows came from).
+        """
+        m = str(getattr(mode, "value", mode))
+        m = S.MODE_ALIASES.get(m, m)
+        e = (self.comm.get(m) or {}).get(str(op))
+        if e is None:
+            return None
+        p = e["params"]
+        if e.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots, interpolated in log2(EP)
+            return by_ep_params(p, ep)
+        ones = np.ones(np.shape(ep)) if np.ndim(ep) else np.ones(())
+        alpha = float(p["alpha_us"]) * 1e-6 * ones
+        if p.get("alpha_intra_us") is not None:  # EP inside one NVLink domain: no RDMA hop
+            alpha = np.where(np.asarray(ep, float) <= self._domain, float(p["alpha_intra_us"]) * 1e-6, alpha)
+        rdma = self._link_bw(p, "rdma") * ones
+        nvl = self._link_bw(p, "nvlink") * ones
+        return alpha, rdma, nvl
+
+    def _link_bw(self, p: dict, link: str) -> float:
+        frac = p.get(f"{link}_frac_nominal")
+        nominal = self._nom.get(link, 0.0)
+        if frac is not None and nominal > 0:
+            return float(frac) * nominal
+        return float(p[f"{link}_GBps"]) * 1e9
+
+    def collective_params(self, op):
+        """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's
+        per-step latencies and bw_efficiency scales its achievable link bandwidth (moesim.perf.cost)."""
+        e = self.collectives.get(str(op))
+        if e is None:
+            return None
+        return float(e["params"]["alpha_us"]) * 1e-6, float(e["params"]["bw_efficiency"])
+
+    # ------------------------------------------------------------------ provenance
+    def provenance(self, family: str) -> str:
+        """e.g. 'fitted:h800 DG rows (CV median 5.9%)', 'peak:h800 FMLA rows (upper bound, no CV)',
+        'inherited:h800', 'derived:gemm (h800)'; 'roofline' when the profile does not cover it."""
+        m = S.MODE_ALIASES.get(family, family)
+        if m in self.kernels:
+            return entry_provenance(self.kernels[m])
+        if m in self.comm:
+            return comm_provenance(self.comm[m], self.gpu)
+        if m in self.collectives:
+            return entry_provenance(self.collectives[m])
+        return "roofline"

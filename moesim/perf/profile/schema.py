@@ -1,0 +1,278 @@
+"""The calibration profile schema: the one declaration of a profile's layout, used by the fit that
+writes it (moesim.calibration.fit) and the reader (moesim.perf.profile.reader).
+
+A profile (calibration/profiles/<gpu>.yaml) is a mapping:
+
+    schema_version: 1            gpu: h800        date, generated_by, device_note, inputs, notes, ...
+    roofline:    peaks the efficiencies are relative to (ROOFLINE_FIELDS; used without a hardware spec)
+    launch:      {us, status: measured | hardware, ...}
+    kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
+                             residuals?, measurements?: {columns, rows}}}
+    comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep, params, ...}}}
+    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
+
+Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
+one line naming the key and the allowed range, or every step time could turn NaN/inf.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from moesim.errors import CalibrationError, check_number
+
+SCHEMA_VERSION = 1
+KERNEL_FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
+COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
+COMM_OPS = ("dispatch", "combine")
+COLLECTIVE_OPS = ("all_reduce", "all_gather")
+MODE_ALIASES = {
+    "ll": "deepep-ll",
+    "low-latency": "deepep-ll",
+    "low_latency": "deepep-ll",
+    "normal": "deepep-normal",
+    "deepep_ll": "deepep-ll",
+    "deepep_normal": "deepep-normal",
+}
+# entry models
+OVERLAP = "overlap_v1"  # moesim.perf.efficiency.overlap_time
+PEAK = "peak"  # constant (eta_c, eta_m)
+ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
+ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
+RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
+KERNEL_MODELS = (OVERLAP, PEAK)
+# entry statuses: measured/fitted on this GPU, or carried over
+OWN_STATUSES = ("fitted", "peak", "measured")
+DEFAULT_DTYPE = {
+    "gemm": "fp8",
+    "grouped_gemm": "fp8",
+    "bmm": "fp8",
+    "mla_decode": "bf16",
+    "mla_prefill": "bf16",
+    "attention": "bf16",
+    "elementwise": "bf16",
+}
+REGENERATE = "regenerate it with `moesim calibrate fit`"
+
+
+class Num(NamedTuple):
+    """An allowed number: lo <= v (lo < v when lo_open) <= hi; optional ones may be absent or null."""
+
+    lo: float
+    hi: float | None = None
+    lo_open: bool = False
+    optional: bool = False
+    integer: bool = False
+    inf_ok: bool = False  # +inf allowed (the overlap model's q: .inf = max)
+
+
+ETA = Num(0.0, 1.0, lo_open=True)  # an efficiency, a fraction of a peak
+US = Num(0.0, 1e6)  # a time in microseconds
+GBPS = Num(0.0, 1e6, lo_open=True)
+FRAC = Num(0.0, 1.0, lo_open=True, optional=True)
+
+# params per model: field -> allowed number (q: .inf allowed, = max)
+PARAMS = {
+    OVERLAP: {
+        "eta_c": ETA,
+        "eta_m": ETA,
+        "t0_us": Num(0.0),
+        "c": Num(0.0, lo_open=True),
+        "q": Num(1.0, optional=True, inf_ok=True),
+    },
+    PEAK: {"eta_c": ETA, "eta_m": ETA},
+    ALPHA_BETA: {
+        "alpha_us": US,
+        "alpha_intra_us": US._replace(optional=True),
+        "rdma_GBps": GBPS,
+        "nvlink_GBps": GBPS,
+        "rdma_frac_nominal": FRAC,
+        "nvlink_frac_nominal": FRAC,
+    },
+    # equal-length lists, one value per measured EP; a link's bandwidth is null where no byte used it
+    ALPHA_BETA_BY_EP: {
+        "ep": Num(0.0, lo_open=True),
+        "alpha_us": US,
+        "rdma_GBps": GBPS._replace(optional=True),
+        "nvlink_GBps": GBPS._replace(optional=True),
+    },
+    RING: {"alpha_us": US, "bw_efficiency": ETA},
+}
+LAUNCH = {"us": US._replace(optional=True)}
+ROOFLINE_FIELDS = {
+    "sms": Num(1.0, integer=True, optional=True),
+    "hbm_bw_GBps": Num(0.0, lo_open=True, optional=True),
+    "nvlink_bw_GBps": Num(0.0, optional=True),
+    "rdma_bw_GBps": Num(0.0, optional=True),
+    "domain_gpus": Num(1.0, integer=True, optional=True),
+}
+# measured kernel tables (measurements.columns) that are not numbers
+TEXT_COLUMNS = ("layout",)
+
+
+def round_sig(x, sig: int = 6):
+    """How a profile writes a number: `sig` significant digits, plain Python types (integral -> int),
+    None for a missing or non-finite value."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return [round_sig(v, sig) for v in x]
+    x = float(x)
+    if not np.isfinite(x):
+        return None
+    if x == 0:
+        return 0
+    v = float(f"{x:.{sig}g}")
+    return int(v) if v.is_integer() and abs(v) < 1e15 else v
+
+
+def no_cv(**extra) -> dict:
+    """The cv block of an entry that was not cross-validated."""
+    return {"folds": 0, "median_abs_pct": None, "max_abs_pct": None, **extra}
+
+
+# ---------------------------------------------------------------------------- roofline block
+def roofline_to_yaml(source, sms, hbm_Bps, flops: dict, nvlink_Bps, rdma_Bps, domain_gpus) -> dict:
+    """The `roofline` block (SI in, the profile's GB/s and TFLOPS out)."""
+    return {
+        "source": source,
+        "sms": sms,
+        "hbm_bw_GBps": round_sig(hbm_Bps / 1e9),
+        "tflops": {k: round_sig(v / 1e12) for k, v in flops.items()},
+        "nvlink_bw_GBps": round_sig(nvlink_Bps / 1e9),
+        "rdma_bw_GBps": round_sig(rdma_Bps / 1e9),
+        "domain_gpus": domain_gpus,
+    }
+
+
+def roofline_from_yaml(roof: dict) -> dict:
+    """Peaks in SI from a `roofline` block, with the defaults of a profile that has none."""
+    return {
+        "domain_gpus": int(roof.get("domain_gpus", 8)),
+        "flops": {k: float(v) * 1e12 for k, v in (roof.get("tflops") or {}).items()} or {"fp8": 1e15},
+        "hbm_Bps": float(roof.get("hbm_bw_GBps", 1000.0)) * 1e9,
+        "sms": int(roof.get("sms", 132)),
+        "nominal": {
+            "rdma": float(roof.get("rdma_bw_GBps", 0)) * 1e9,
+            "nvlink": float(roof.get("nvlink_bw_GBps", 0)) * 1e9,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------- validation
+def fill_sections(data: dict) -> dict:
+    """The reader's view: absent kernels / comm / collectives sections are empty mappings."""
+    for sec in ("kernels", "comm", "collectives"):
+        if data.get(sec) is None:
+            data[sec] = {}
+    return data
+
+
+class _Checker:
+    def __init__(self, path, hint: str = REGENERATE):
+        self.path, self.hint = path, hint
+
+    def fail(self, what: str):
+        raise CalibrationError(f"profile {self.path}: {what}; {self.hint}")
+
+    def mapping(self, v, what: str) -> dict:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            self.fail(f"`{what}` must be a mapping")
+        return v
+
+    def number(self, where: str, v, spec: Num) -> None:
+        if v is None and spec.optional:
+            return
+        if spec.inf_ok and isinstance(v, float) and v == np.inf:
+            return
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)  # a YAML string is not a number here
+        if ok:
+            try:
+                check_number(
+                    where, v, lo=spec.lo, hi=spec.hi, lo_open=spec.lo_open, integer=spec.integer, error=CalibrationError
+                )
+            except CalibrationError:
+                ok = False
+        if not ok:
+            lo, hi = spec.lo, spec.hi
+            rng = (
+                f"{'(' if spec.lo_open else '['}{lo:g}, {hi:g}]"
+                if hi is not None
+                else f"{'>' if spec.lo_open else '>='} {lo:g}"
+            )
+            self.fail(f"{where} = {v!r}; allowed {'an integer' if spec.integer else 'a finite number'} {rng}")
+
+    def fields(self, where: str, d: dict, specs: dict) -> None:
+        for name, spec in specs.items():
+            self.number(f"{where}.{name}", d.get(name), spec)
+
+
+def validate(data: dict, path, hint: str = REGENERATE) -> None:
+    """Check a profile mapping against the schema (does not modify it); one CalibrationError line."""
+    c = _Checker(path, hint)
+    if not isinstance(data.get("gpu"), str) or not data["gpu"]:
+        c.fail("missing `gpu`")
+    roof = c.mapping(data.get("roofline"), "roofline")
+    c.fields("roofline", roof, ROOFLINE_FIELDS)
+    for dt, v in c.mapping(roof.get("tflops"), "roofline.tflops").items():
+        c.number(f"roofline.tflops.{dt}", v, Num(0.0, lo_open=True))
+    launch = data.get("launch")
+    if launch is not None and not isinstance(launch, dict):
+        c.fail("launch must be a mapping (us, status)")
+    c.fields("launch", launch or {}, LAUNCH)
+    for fam, e in c.mapping(data.get("kernels"), "kernels").items():
+        _validate_kernel(c, fam, e)
+    for mode, ops in c.mapping(data.get("comm"), "comm").items():
+        if mode not in COMM_MODES or not isinstance(ops, dict):
+            c.fail(f"comm.{mode}: unknown mode (allowed: {', '.join(COMM_MODES)})")
+        for op, e in ops.items():
+            _validate_comm(c, f"comm.{mode}.{op}", op, e)
+    for op, e in c.mapping(data.get("collectives"), "collectives").items():
+        if op not in COLLECTIVE_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
+            c.fail(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
+        c.fields(f"collectives.{op}.params", e["params"], PARAMS[RING])
+
+
+def _validate_kernel(c: _Checker, fam: str, e) -> None:
+    if fam not in KERNEL_FAMILIES:
+        c.fail(f"kernels.{fam}: unknown kernel family (allowed: {', '.join(KERNEL_FAMILIES)})")
+    if not isinstance(e, dict) or e.get("model") not in KERNEL_MODELS or not isinstance(e.get("params"), dict):
+        c.fail(f"kernels.{fam}: needs `model` ({' or '.join(KERNEL_MODELS)}) and `params`")
+    c.fields(f"kernels.{fam}.params", e["params"], PARAMS[e["model"]])
+    meas = e.get("measurements")
+    if meas is None:
+        return
+    cols = meas.get("columns") if isinstance(meas, dict) else None
+    rows = meas.get("rows") if isinstance(meas, dict) else None
+    if not isinstance(cols, list) or not isinstance(rows, list):
+        c.fail(f"kernels.{fam}.measurements: needs lists `columns` and `rows`")
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(cols):
+            c.fail(f"kernels.{fam}.measurements.rows[{i}]: needs one value per column ({', '.join(map(str, cols))})")
+        for col, v in zip(cols, row):
+            if col not in TEXT_COLUMNS:
+                spec = Num(0.0, lo_open=True, optional=col != "time_s")
+                c.number(f"kernels.{fam}.measurements.rows[{i}].{col}", v, spec)
+
+
+def _validate_comm(c: _Checker, where: str, op, e) -> None:
+    if op not in COMM_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
+        c.fail(f"{where}: needs op dispatch/combine with `params`")
+    p = e["params"]
+    if e.get("model") != ALPHA_BETA_BY_EP:
+        c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
+        return
+    knots = PARAMS[ALPHA_BETA_BY_EP]
+    n = len(p.get("ep") or [])
+    if n < 2 or not all(isinstance(p.get(f), list) and len(p[f]) == n for f in knots):
+        c.fail(
+            f"{where}.params: per-EP knots need equal-length lists ep, alpha_us, rdma_GBps, "
+            "nvlink_GBps (positive numbers or null)"
+        )
+    for name, spec in knots.items():
+        for i, v in enumerate(p[name]):
+            c.number(f"{where}.params.{name}[{i}]", v, spec)
