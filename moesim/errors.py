@@ -70,3 +70,11 @@ def range_text(lo=None, hi=None, lo_open=False, integer=False) -> str:
     if hi is not None:
         parts.append(f"<= {hi:g}")
     return f"{kind} {' and '.join(parts)}".strip()
+
+
+def is_positive_number(v) -> bool:
+    """A finite real number > 0 (booleans and non-numbers are not)."""
+    try:
+        return v is not None and not isinstance(v, bool) and math.isfinite(float(v)) and float(v) > 0
+    except (TypeError, ValueError, OverflowError):
+        return False

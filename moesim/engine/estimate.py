@@ -169,30 +169,10 @@ def _inputs(m: ModelSpec, phase, batch, context, mtp, acceptance, redundant_expe
     return batch, context, mtp, acceptance, redundant_experts
 
 
-def estimate_step(
-    model="deepseek-v3",
-    hardware="h800",
-    *,
-    phase="decode",
-    tp=None,
-    dp=None,
-    ep=None,
-    moe_tp=None,
-    batch=None,
-    context=None,
-    mtp=0,
-    acceptance=0.8,
-    redundant_experts=0,
-    overlap=None,
-    cost_mode="calibrated",
-    comm=None,
-    set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile=None,
-    force_profile=False,
-    cuda_graphs=True,
-) -> EstimateResult:
+def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
+                  batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
+                  cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
+                  profile=None, force_profile=False, cuda_graphs=True) -> EstimateResult:  # fmt: skip
     """One decode or prefill step of one configuration, per-op detail (phase "mixed" composes two
     of these: `moesim.engine.serving`). Raises MoesimError subclasses on bad input."""
     phase = Phase.parse(phase, "phase")

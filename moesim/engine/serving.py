@@ -23,18 +23,14 @@ import numpy as np
 from moesim.engine.estimate import EstimateResult, estimate_step
 from moesim.engine.pricing import evaluate_grid
 from moesim.enums import Overlap, Phase
-from moesim.errors import ConfigError
+from moesim.errors import ConfigError, is_positive_number
 from moesim.grid.core import Grid, replace
 from moesim.schedule.schemes import overlap_choices
 
 
 def _check(isl, osl):
     for name, v in (("isl", isl), ("osl", osl)):
-        try:
-            ok = v is not None and np.isfinite(float(v)) and float(v) > 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
+        if not is_positive_number(v):
             raise ConfigError(f"{name}: phase mixed needs a positive {name} (tokens per request); got {v!r}")
     return float(isl), float(osl)
 
@@ -99,31 +95,10 @@ def prefill_grid(grid: Grid, isl, osl) -> Grid:
     return replace(grid, batch=chunk_tokens(grid, isl, osl), context=np.full(n, float(isl)), mtp=np.zeros(n))
 
 
-def evaluate_mixed(
-    model,
-    hw,
-    grid: Grid,
-    *,
-    isl,
-    osl,
-    overlap=None,
-    cost_mode="calibrated",
-    comm=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile_path=None,
-    force_profile=False,
-):
-    """Vectorized mixed-step values over a grid (the sweep's path) -> (values, notes)."""
+def evaluate_mixed(model, hw, grid: Grid, *, isl, osl, overlap=None, **kw):
+    """Vectorized mixed-step values over a grid (the sweep's path) -> (values, notes).
+    kw: evaluate_grid's keywords (cost_mode, comm, expert_skew, context_dist, profile_path, force_profile)."""
     isl, osl = _check(isl, osl)
-    kw = dict(
-        cost_mode=cost_mode,
-        comm=comm,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        profile_path=profile_path,
-        force_profile=force_profile,
-    )
     dec, n1 = evaluate_grid(model, hw, grid, phase=Phase.DECODE, overlap=overlap, **kw)
     pre, n2 = evaluate_grid(
         model, hw, prefill_grid(grid, isl, osl), phase=Phase.PREFILL, overlap=prefill_overlap(overlap), **kw
@@ -150,46 +125,23 @@ def _mixed_memory(decode_memory: dict, vals: dict) -> dict:
     return mem
 
 
-def estimate_mixed(
-    model="deepseek-v3",
-    hardware="h800",
-    *,
-    isl=None,
-    osl=None,
-    tp=None,
-    dp=None,
-    ep=None,
-    moe_tp=None,
-    batch=None,
-    context=None,
-    mtp=0,
-    acceptance=0.8,
-    redundant_experts=0,
-    overlap=None,
-    cost_mode="calibrated",
-    comm=None,
-    set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile=None,
-    force_profile=False,
-):
+def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, batch=None, context=None, mtp=0,
+                   acceptance=0.8, overlap=None, set=None, **common) -> EstimateResult:  # fmt: skip
     """One aggregated (decode + chunked prefill) step -> EstimateResult with phase "mixed".
-    context defaults to ISL + OSL / 2 (mean KV length over a request's decode)."""
+    context defaults to ISL + OSL / 2 (mean KV length over a request's decode). common: the
+    deployment keywords of `estimate_step` (tp, dp, ep, moe_tp, redundant_experts, cost_mode, comm,
+    expert_skew, context_dist, profile, force_profile), applied to both passes."""
     isl, osl = _check(isl, osl)
     if context is None:
         context = isl + osl / 2.0
-    common = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, cost_mode=cost_mode,
-                  comm=comm, set=set, expert_skew=expert_skew, context_dist=context_dist, profile=profile,
-                  force_profile=force_profile)  # fmt: skip
     d = estimate_step(model, hardware, phase="decode", batch=batch, context=context, mtp=mtp, acceptance=acceptance,
-                      overlap=overlap, **common)  # fmt: skip
+                      overlap=overlap, set=set, **common)  # fmt: skip
     c = d.config
     g = Grid.single(**{a: c[a] for a in ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance")},
                     redundant=c["redundant_experts"])  # fmt: skip
     chunk = float(chunk_tokens(g, isl, osl)[0])
     p = estimate_step(d.model, d.hardware, phase="prefill", batch=chunk, context=isl,
-                      overlap=prefill_overlap(overlap), **{**common, "set": None})  # fmt: skip
+                      overlap=prefill_overlap(overlap), **common)  # fmt: skip
     vals = combine(d.values, p.values, g, isl, osl, d.hardware.gpus_per_node, p.config["comm"])
     config = dict(c, phase="mixed", isl=isl, osl=osl, prefill_chunk_tokens=chunk, prefill_overlap=p.config["overlap"],
                   prefill_comm=p.config["comm"], set=list(set or []))  # fmt: skip
