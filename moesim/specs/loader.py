@@ -53,21 +53,30 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     raise SpecError(f"{kind}: unknown {kind} {text!r}; available: {allowed} (or a path to a YAML file)")
 
 
+def read_text(path: Path, error: type[Exception] = SpecError, label: str = "") -> str:
+    """The UTF-8 text of a file; an unreadable or undecodable file is one `error` line."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{label}{path}: cannot read ({e.__class__.__name__}: {e})") from None
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """Where and what a YAML parse error is: ' at line L, column C: problem' (1-based)."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{where}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}"
+
+
 def read_mapping(path: Path) -> dict:
     """Read a YAML/JSON file into a mapping, failing with one line on any problem."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+    text = read_text(path)
     if not text.strip():
         raise SpecError(f"{path}: file is empty")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+        raise SpecError(f"{path}: malformed YAML{yaml_problem(e)}") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:

@@ -30,7 +30,7 @@ from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.work import kernel_work, peak_flops
-from moesim.specs.loader import data_root
+from moesim.specs.loader import data_root, read_text, yaml_problem
 
 
 def _norm_gpu(name) -> str:
@@ -59,20 +59,14 @@ def read_profile_file(path: Path) -> dict:
 
 
 def _parse_profile_file(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"profile {path}: cannot read ({e.__class__.__name__}: {e})") from None
+    text = read_text(path, CalibrationError, "profile ")
     if not text.strip():
         raise CalibrationError(f"profile {path}: file is empty; regenerate it with `moesim calibrate fit`")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise CalibrationError(
-            f"profile {path}: corrupted YAML{where}: {problem}; regenerate it with `moesim calibrate fit`"
+            f"profile {path}: corrupted YAML{yaml_problem(e)}; regenerate it with `moesim calibrate fit`"
         ) from None
     if not isinstance(data, dict):
         raise CalibrationError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
