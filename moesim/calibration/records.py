@@ -16,49 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from moesim.errors import CalibrationError
+from moesim.specs.loader import read_text
 
-COLUMNS = [
-    "kernel",
-    "backend",
-    "mode",
-    "op",
-    "layout",
-    "dtype",
-    "m",
-    "n",
-    "k",
-    "groups",
-    "batch",
-    "q_len",
-    "heads",
-    "context",
-    "ep",
-    "tokens",
-    "hidden",
-    "topk",
-    "experts",
-    "gpus_per_node",
-    "topk_groups",
-    "bytes",
-    "time_s",
-    "tflops",
-    "GBps",
-    "gpu",
-    "sms",
-    "driver",
-    "lib_versions",
-    "device",
-    "date",
-    "source",
-    "exclude",
-    "note",
-]
-
-SHAPE_COLUMNS = [
-    "mode",
-    "op",
-    "layout",
-    "dtype",
+# The numeric shape of a kernel configuration (sizes, counts, bytes); empty where it does not apply.
+SIZE_COLUMNS = [
     "m",
     "n",
     "k",
@@ -76,6 +37,15 @@ SHAPE_COLUMNS = [
     "topk_groups",
     "bytes",
 ]
+SHAPE_COLUMNS = ["mode", "op", "layout", "dtype"] + SIZE_COLUMNS
+RESULT_COLUMNS = ["time_s", "tflops", "GBps"]  # what was timed (time_s) or published (throughputs)
+COLUMNS = (
+    ["kernel", "backend"]
+    + SHAPE_COLUMNS
+    + RESULT_COLUMNS
+    + ["gpu", "sms", "driver", "lib_versions", "device", "date", "source", "exclude", "note"]
+)
+NUMERIC_COLUMNS = SIZE_COLUMNS + RESULT_COLUMNS + ["sms"]
 
 # What identifies a measurement for resume: the kernel, how it ran, where, and its shape.
 KEY_COLUMNS = ["kernel", "backend", "device", "gpu"] + SHAPE_COLUMNS
@@ -114,10 +84,7 @@ def read_csv_rows(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+    text = read_text(path, CalibrationError)
     if not text.strip():
         return []
     reader = csv.DictReader(io.StringIO(text))

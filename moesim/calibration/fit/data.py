@@ -9,32 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moesim.calibration.records import COLUMNS, read_csv_rows
+from moesim.calibration.records import COLUMNS, NUMERIC_COLUMNS, read_csv_rows
 from moesim.errors import CalibrationError
 from moesim.perf.profile.work import kernel_work
 
-NUMERIC = [
-    "m",
-    "n",
-    "k",
-    "groups",
-    "batch",
-    "q_len",
-    "heads",
-    "context",
-    "ep",
-    "tokens",
-    "hidden",
-    "topk",
-    "experts",
-    "gpus_per_node",
-    "topk_groups",
-    "bytes",
-    "time_s",
-    "tflops",
-    "GBps",
-    "sms",
-]
 BACKEND_RANK = {
     "deep_gemm": 0,
     "flash_mla": 0,
@@ -63,7 +41,7 @@ def load_measurements(paths: Sequence[Path]) -> pd.DataFrame:
             f"with kernel, shape columns and time_s (or tflops / GBps)"
         )
     df = pd.DataFrame(rows, columns=COLUMNS + ["_file"])
-    for c in NUMERIC:
+    for c in NUMERIC_COLUMNS:
         given = df[c].fillna("").astype(str).str.strip() != ""
         df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce").astype(float)
         # a value that is present must be a finite positive number (empty = not applicable)
@@ -75,7 +53,7 @@ def load_measurements(paths: Sequence[Path]) -> pd.DataFrame:
             f"{df['_file'].iloc[i]}: row {i + 1}: {c} = {rows[i][c]!r}; allowed a finite number "
             f"> 0{' (seconds)' if c == 'time_s' else ''} or empty"
         )
-    for c in set(COLUMNS) - set(NUMERIC):
+    for c in set(COLUMNS) - set(NUMERIC_COLUMNS):
         df[c] = df[c].fillna("").astype(str)
     return df
 

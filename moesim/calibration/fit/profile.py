@@ -16,10 +16,10 @@ import pandas as pd
 import yaml
 
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
-from moesim.calibration.fit.data import NUMERIC, load_measurements
+from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.kernels import fit_kernels
 from moesim.calibration.fit.peaks import Peaks, derive_peaks
-from moesim.calibration.records import COLUMNS, atomic_write_text
+from moesim.calibration.records import COLUMNS, NUMERIC_COLUMNS, atomic_write_text
 from moesim.errors import CalibrationError, SpecError
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
@@ -202,7 +202,7 @@ def fit(
     df = (
         load_measurements(paths)
         if paths
-        else pd.DataFrame({c: pd.Series(dtype=float if c in NUMERIC else str) for c in COLUMNS})
+        else pd.DataFrame({c: pd.Series(dtype=float if c in NUMERIC_COLUMNS else str) for c in COLUMNS})
     )
     if gpu is None:
         if not paths:
