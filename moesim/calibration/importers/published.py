@@ -51,10 +51,10 @@ def _load(path: Path) -> pd.DataFrame:
     return df[df["family"].isin(KERNEL_FAMILIES)].copy()
 
 
-def _src(rows: pd.DataFrame, labels) -> str:
-    parts = [f"{r.id} ({lab})" for r, lab in zip(rows.itertuples(), labels)]
-    sources = sorted(set(rows["source"]))
-    return ", ".join(parts) + ": " + " | ".join(sources)
+def _cite(rows: list, extra: str = "") -> str:
+    """'ID (value unit extra), ...: reference | ...' of the published rows one measurement comes from."""
+    parts = [f"{r.id} ({r.value} {r.unit}{extra})" for r in rows]
+    return ", ".join(parts) + ": " + " | ".join(sorted({r.source for r in rows}))
 
 
 def _date(source: str) -> str:
@@ -71,9 +71,38 @@ def _commit(source: str) -> str:
 
 
 COMMON_H800 = {"gpu": "H800 SXM5", "sms": 132, "device": "cuda", "driver": ""}
+COMMON_H100 = dict(COMMON_H800, gpu="H100 SXM5")
+DSV3_ROUTING = {"hidden": HIDDEN, "topk": TOPK, "experts": EXPERTS, "gpus_per_node": GPN}
+
+
+def _row(rows: list, extra: str = "", common=COMMON_H800, **kw) -> dict:
+    """A measurement row from published rows (itertuples of one reference): the GPU's columns, the
+    date and library commit read from the reference, the citation as `source`; `kw` win."""
+    ref = rows[0].source
+    return {**common, "date": _date(ref), "lib_versions": _commit(ref), "source": _cite(rows, extra), **kw}
+
+
+def _payload_dtype(op: str) -> str:
+    """DeepSeek-V3's all-to-all payloads: FP8 dispatch (with scales), BF16 combine."""
+    return "fp8" if op == "dispatch" else ("bf16" if op else "")
 
 
 # ---------------------------------------------------------------------------- DeepGEMM
+DG_SUPERSEDED = "superseded: older DeepGEMM version, replaced by the README table of 2025-04-09"
+DG_NOTE = (
+    "time_s derived = 2*groups*m*n*k / published TFLOPS; published GB/s = groups*(m*k + n*k + 2*m*n) / time_s (checked)"
+)
+
+
+def _gemm_shape(cond: str) -> tuple[int, int, int, int] | None:
+    """(groups, m, n, k) of a DeepGEMM table condition; None for a row without a shape."""
+    mg = re.search(r"groups=(\d+) M_per_group=(\d+) N=(\d+) K=(\d+)", cond)
+    if mg:
+        return tuple(map(int, mg.groups()))
+    md = re.search(r"M=(\d+) N=(\d+) K=(\d+)", cond)
+    return (1, *map(int, md.groups())) if md else None
+
+
 def deepgemm_rows(df: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     d = df[(df.family == "DG") & df.metric.isin(["compute throughput", "memory bandwidth"])]
     gemm, grouped = [], []
@@ -83,15 +112,10 @@ def deepgemm_rows(df: pd.DataFrame) -> tuple[list[dict], list[dict]]:
         if tf.empty:
             continue
         kern = g.kernel_or_system.iloc[0]
-        mg = re.search(r"groups=(\d+) M_per_group=(\d+) N=(\d+) K=(\d+)", cond)
-        md = re.search(r"M=(\d+) N=(\d+) K=(\d+)", cond)
-        if mg:
-            groups, m, n, k = map(int, mg.groups())
-        elif md:
-            groups = 1
-            m, n, k = map(int, md.groups())
-        else:
+        shape = _gemm_shape(cond)
+        if shape is None:
             continue
+        groups, m, n, k = shape
         tflops = float(tf.value.iloc[0])
         gbps = float(bw.value.iloc[0]) if not bw.empty else None
         t = 2.0 * groups * m * n * k / (tflops * 1e12)
@@ -100,27 +124,11 @@ def deepgemm_rows(df: pd.DataFrame) -> tuple[list[dict], list[dict]]:
             raise CalibrationError(
                 f"{tf.id.iloc[0]}: published {gbps} GB/s does not match the parsed shape ({check:.0f})"
             )
-        both = pd.concat([tf, bw])
-        superseded = "superseded" in source
-        row = dict(
-            COMMON_H800,
-            backend="deep_gemm",
-            dtype="fp8",
-            m=m,
-            n=n,
-            k=k,
-            time_s=t,
-            tflops=tflops,
-            GBps=gbps,
-            date=_date(source),
-            lib_versions=_commit(source) + "; NVCC 12.8",
-            source=_src(both, [f"{v} {u}" for v, u in zip(both.value, both.unit)]),
-            exclude=(
-                "superseded: older DeepGEMM version, replaced by the README table of 2025-04-09" if superseded else ""
-            ),
-            note="time_s derived = 2*groups*m*n*k / published TFLOPS; published GB/s = "
-            "groups*(m*k + n*k + 2*m*n) / time_s (checked)",
+        exclude = DG_SUPERSEDED if "superseded" in source else ""
+        row = _row(
+            list(pd.concat([tf, bw]).itertuples()), backend="deep_gemm", dtype="fp8", exclude=exclude, note=DG_NOTE
         )
+        row.update(m=m, n=n, k=k, time_s=t, tflops=tflops, GBps=gbps, lib_versions=_commit(source) + "; NVCC 12.8")
         if "grouped" in cond or "m_grouped" in kern:
             row.update(kernel="grouped_gemm", groups=groups, layout="masked" if "masked" in kern else "contiguous")
             grouped.append(row)
@@ -179,14 +187,11 @@ def flashmla_rows(df: pd.DataFrame) -> list[dict]:
             continue  # descriptive rows (specs, clocks, ratios) and Blackwell figures
         kernel, col, exclude, note = FMLA_USE[r.id]
         value = float(re.sub(r"[^\d.]", "", r.value))
-        row = dict(
-            COMMON_H800,
+        row = _row(
+            [r],
             kernel=kernel,
             backend="flash_mla",
             dtype="bf16",
-            date=_date(r.source),
-            lib_versions=_commit(r.source),
-            source=f"{r.id} ({r.value} {r.unit}): {r.source}",
             exclude=exclude,
             note=note + "; no time_s: a best-case figure, fitted as a peak model",
         )
@@ -207,23 +212,9 @@ NORMAL_SUPERSEDED = "superseded: Feb 2025 internode kernels; DEP-009..012 (after
 LL_SUPERSEDED = "superseded: pure-RDMA LL kernels; NVLink-assisted LL (DEP-037..052, PR #173) replace EP8-EP64"
 
 
-def _deepep_row(op: str, ref: str, **kw) -> dict:
+def _deepep_row(op: str, rows: list, extra: str = "", **kw) -> dict:
     """A DeepEP measurement row: H800, DeepSeek-V3 routing (hidden 7168, top-8 of 256, 8 GPUs per node)."""
-    row = dict(
-        COMMON_H800,
-        kernel="deepep",
-        backend="deep_ep",
-        op=op,
-        hidden=HIDDEN,
-        topk=TOPK,
-        experts=EXPERTS,
-        gpus_per_node=GPN,
-        dtype="fp8" if op == "dispatch" else "bf16",
-        date=_date(ref),
-        lib_versions=_commit(ref),
-    )
-    row.update(kw)
-    return row
+    return _row(rows, extra, kernel="deepep", backend="deep_ep", op=op, dtype=_payload_dtype(op), **DSV3_ROUTING, **kw)
 
 
 def _deepep_normal_row(r) -> dict:
@@ -239,7 +230,8 @@ def _deepep_normal_row(r) -> dict:
     superseded = "original (Feb 2025) kernels" in r.notes and ep >= 32
     return _deepep_row(
         op,
-        r.source,
+        [r],
+        f" {'NVL' if intranode else 'RDMA'}",
         mode="normal",
         ep=ep,
         tokens=4096,
@@ -247,7 +239,6 @@ def _deepep_normal_row(r) -> dict:
         bytes=logical,
         time_s=logical / (bw * 1e9),
         GBps=bw,
-        source=f"{r.id} ({r.value} {r.unit} {'NVL' if intranode else 'RDMA'}): {r.source}",
         exclude=NORMAL_SUPERSEDED if superseded else "",
         note=(
             f"time_s derived = logical bytes / published bandwidth; logical bytes = 4096 tokens x "
@@ -280,10 +271,9 @@ def _deepep_ll_row(kern: str, ep: int, source: str, g: pd.DataFrame) -> dict | N
         if ep >= 128
         else "; pure-RDMA LL kernels"
     )
-    both = pd.concat([lat, bwr])
     return _deepep_row(
         op,
-        source,
+        list(pd.concat([lat, bwr]).itertuples()),
         mode="ll",
         ep=ep,
         tokens=128,
@@ -291,7 +281,6 @@ def _deepep_ll_row(kern: str, ep: int, source: str, g: pd.DataFrame) -> dict | N
         bytes=logical,
         time_s=t,
         GBps=bw,
-        source=_src(both, [f"{v} {u}" for v, u in zip(both.value, both.unit)]),
         exclude=LL_SUPERSEDED if superseded else "",
         note="time_s = published latency; GBps = DeepEP logical bandwidth = 128 x 8 pairs x "
         f"{per_logical:.0f} B / latency (checked)" + kernels,
@@ -308,23 +297,11 @@ def deepep_rows(df: pd.DataFrame) -> list[dict]:
             out.append(row)
     # V2 (ElasticBuffer) figures: recorded, not fitted
     for r in d[d.kernel_or_system.str.startswith("DeepEP V2 ") & (d.unit == "GB/s")].itertuples():
+        op = "dispatch" if "dispatch" in r.kernel_or_system else "combine"
+        shape = {"mode": "v2", "op": op, "tokens": 8192, "hidden": HIDDEN, "topk": TOPK}
+        v2 = "other kernel: DeepEP V2 (NCCL Gin backend), no comm mode for it yet"
         out.append(
-            dict(
-                COMMON_H800,
-                kernel="deepep",
-                backend="deep_ep_v2",
-                mode="v2",
-                op="dispatch" if "dispatch" in r.kernel_or_system else "combine",
-                tokens=8192,
-                hidden=HIDDEN,
-                topk=TOPK,
-                GBps=float(r.value),
-                date=_date(r.source),
-                lib_versions=_commit(r.source),
-                source=f"{r.id} ({r.value} {r.unit}): {r.source}",
-                exclude="other kernel: DeepEP V2 (NCCL Gin backend), no comm mode for it yet",
-                note=r.condition,
-            )
+            _row([r], kernel="deepep", backend="deep_ep_v2", GBps=float(r.value), exclude=v2, note=r.condition, **shape)
         )
     return out
 
@@ -346,29 +323,12 @@ def pplx_rows(df: pd.DataFrame) -> list[dict]:
             exclude = (
                 "IBRC transport (CPU-proxied): IBGDA is the fast path that is fitted" if transport == "ibrc" else ""
             )
+        shape = {"mode": "pplx", "op": op, "ep": ep, "tokens": tokens, "dtype": _payload_dtype(op), **DSV3_ROUTING}
+        note = "time_s = published mean latency; " + ("NVLink (intranode)" if ep <= GPN else "internode")
+        t = float(r.value) * 1e-6
         out.append(
-            dict(
-                kernel="pplx",
-                backend=backend,
-                mode="pplx",
-                op=op,
-                ep=ep,
-                tokens=tokens,
-                hidden=HIDDEN,
-                topk=TOPK,
-                experts=EXPERTS,
-                gpus_per_node=GPN,
-                dtype="fp8" if op == "dispatch" else ("bf16" if op else ""),
-                time_s=float(r.value) * 1e-6,
-                gpu="H100 SXM5",
-                sms=132,
-                device="cuda",
-                driver="",
-                date=_date(r.source),
-                lib_versions=_commit(r.source),
-                source=f"{r.id} ({r.value} {r.unit} mean): {r.source}",
-                exclude=exclude,
-                note="time_s = published mean latency; " + ("NVLink (intranode)" if ep <= GPN else "internode"),
+            _row(
+                [r], " mean", COMMON_H100, kernel="pplx", backend=backend, time_s=t, exclude=exclude, note=note, **shape
             )
         )
     return out
