@@ -13,6 +13,11 @@ from moesim.specs.schema import field
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
+def _si(key: str, unit: float) -> property:
+    """A read-only SI view of a YAML key given in a human unit: the key's value x `unit` (moesim.units)."""
+    return property(lambda self: getattr(self, key) * unit, doc=f"{key} in SI units (x {unit:g})")
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     name: str
@@ -83,17 +88,14 @@ class HardwareSpec:
             return (self.fp32_tflops or self.bf16_tflops / 2) * U.TFLOPS
         return self.bf16_tflops * U.TFLOPS
 
-    @property
-    def memory_bytes(self) -> float:
-        return self.memory_GB * U.GB
-
-    @property
-    def memory_reserve_bytes(self) -> float:
-        return self.memory_reserve_GB * U.GB
-
-    @property
-    def hbm_bw_Bps(self) -> float:
-        return self.hbm_bw_GBps * U.GBPS
+    memory_bytes = _si("memory_GB", U.GB)
+    memory_reserve_bytes = _si("memory_reserve_GB", U.GB)
+    hbm_bw_Bps = _si("hbm_bw_GBps", U.GBPS)
+    nvlink_latency_s = _si("nvlink_latency_us", U.US)
+    rdma_latency_s = _si("rdma_latency_us", U.US)
+    kernel_launch_s = _si("kernel_launch_us", U.US)
+    kernel_launch_eager_s = _si("kernel_launch_eager_us", U.US)
+    layer_sync_s = _si("layer_sync_us", U.US)
 
     @property
     def domain_gpus(self) -> int:
@@ -105,23 +107,3 @@ class HardwareSpec:
 
     def rdma_Bps(self, achievable: bool) -> float:
         return (self.rdma_eff_bw_GBps if achievable else self.rdma_bw_GBps) * U.GBPS
-
-    @property
-    def nvlink_latency_s(self) -> float:
-        return self.nvlink_latency_us * U.US
-
-    @property
-    def rdma_latency_s(self) -> float:
-        return self.rdma_latency_us * U.US
-
-    @property
-    def kernel_launch_s(self) -> float:
-        return self.kernel_launch_us * U.US
-
-    @property
-    def kernel_launch_eager_s(self) -> float:
-        return self.kernel_launch_eager_us * U.US
-
-    @property
-    def layer_sync_s(self) -> float:
-        return self.layer_sync_us * U.US
