@@ -227,14 +227,32 @@ def _validate(w: np.ndarray, num_slots, num_groups, num_nodes, num_gpus) -> None
     ):
         if int(v) != v or v < 1:
             raise ConfigError(f"{name}: {v!r} must be a positive integer")
-    if num_slots < e:
-        raise ConfigError(f"num_slots: {num_slots} must be >= experts ({e})")
-    if num_slots % num_gpus:
-        raise ConfigError(f"num_slots: {num_slots} must be a multiple of num_gpus ({num_gpus})")
-    if num_gpus % num_nodes:
-        raise ConfigError(f"num_gpus: {num_gpus} must be a multiple of num_nodes ({num_nodes})")
-    if e % num_groups:
-        raise ConfigError(f"num_groups: {num_groups} must divide the expert count ({e})")
+    check_layout(e, num_slots, num_gpus, num_nodes, num_groups)
+
+
+# What the layout numbers are called in messages: rebalance_experts' keywords (or, for a CLI, its flags).
+LAYOUT_NAMES = {
+    "slots": "num_slots",
+    "gpus": "num_gpus",
+    "nodes": "num_nodes",
+    "groups": "num_groups",
+    "experts": "experts",
+    "expert_count": "the expert count",
+}
+
+
+def check_layout(experts, slots, gpus, nodes, groups, names: dict = LAYOUT_NAMES) -> None:
+    """EPLB's layout rules: slots >= experts, slots split evenly over GPUs, GPUs over nodes and
+    experts over groups. The numbers are positive integers already; `names` words the messages."""
+    n = names
+    for broken, key, value, rule in (
+        (slots < experts, "slots", slots, f"must be >= {n['experts']} ({experts})"),
+        (slots % gpus, "slots", slots, f"must be a multiple of {n['gpus']} ({gpus})"),
+        (gpus % nodes, "gpus", gpus, f"must be a multiple of {n['nodes']} ({nodes})"),
+        (experts % groups, "groups", groups, f"must divide {n['expert_count']} ({experts})"),
+    ):
+        if broken:
+            raise ConfigError(f"{n[key]}: {value} {rule}")
 
 
 # ----------------------------------------------------------------------------- public

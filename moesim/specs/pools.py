@@ -37,8 +37,16 @@ class Prices:
         return {k: getattr(self, k) for k in PRICE_KEYS}
 
 
+class _Pool:
+    """What the two pools share beyond their fields (attention DP x TP GPUs = EP ranks)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+
 @dataclass(frozen=True)
-class PrefillPool:
+class PrefillPool(_Pool):
     """Prefill deployment unit: attention DP x TP GPUs = EP ranks (moe_tp 1).
     batch_tokens: prompt tokens per DP group per step (the largest the planner may use)."""
 
@@ -50,13 +58,9 @@ class PrefillPool:
     overlap: str = "two-batch"
     comm: str | None = None  # engine default for prefill: deepep-normal
 
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.dp
-
 
 @dataclass(frozen=True)
-class DecodePool:
+class DecodePool(_Pool):
     """Decode deployment unit: attention DP x TP GPUs = EP ranks (moe_tp 1).
     max_batch: largest requests per DP group the planner sweeps (1..max_batch)."""
 
@@ -69,10 +73,6 @@ class DecodePool:
     redundant_experts: int = 32
     overlap: str = "five-stage"
     comm: str | None = None  # engine default for decode: deepep-ll
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.dp
 
 
 def pool_from_dict(cls, where: str, section: str, d, overlaps) -> object:
