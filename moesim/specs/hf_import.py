@@ -116,6 +116,22 @@ class _Reader:
 
 
 # ---------------------------------------------------------------------------------------- pieces
+def _dtypes(low: str, high: str, block: int) -> dict:
+    """The model's `precision` block: `low` for the GEMM weights and activations and the dispatch
+    payload, `high` for attention, the KV cache, the embedding and the combine payload (the
+    DeepSeek-V3 FP8 recipe with low = fp8, high = bf16); `block`: weight block size (0 = none)."""
+    return dict(
+        weight_dtype=low,
+        weight_block=block,
+        activation_dtype=low,
+        attention_dtype=high,
+        kv_dtype=high,
+        embedding_dtype=high,
+        dispatch_dtype=low,
+        combine_dtype=high,
+    )
+
+
 def _precision(r: _Reader) -> tuple[dict, str]:
     """quantization_config fp8 with square weight blocks -> FP8 block-scaled weights; else 16-bit."""
     qc = r.cfg.get("quantization_config")
@@ -135,34 +151,14 @@ def _precision(r: _Reader) -> tuple[dict, str]:
                 "quantization_config.weight_block_size",
                 f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}",
             )
-        prec = dict(
-            weight_dtype="fp8",
-            weight_block=block,
-            activation_dtype="fp8",
-            attention_dtype="bf16",
-            kv_dtype="bf16",
-            embedding_dtype="bf16",
-            dispatch_dtype="fp8",
-            combine_dtype="bf16",
-        )
-        return prec, f"quantization_config: fp8, weight_block_size {blocks}"
+        return _dtypes("fp8", "bf16", block), f"quantization_config: fp8, weight_block_size {blocks}"
     dtype = r.cfg.get("torch_dtype", r.cfg.get("dtype"))
     half = "fp16" if dtype == "float16" else "bf16"
-    prec = dict(
-        weight_dtype=half,
-        weight_block=0,
-        activation_dtype=half,
-        attention_dtype=half,
-        kv_dtype=half,
-        embedding_dtype=half,
-        dispatch_dtype=half,
-        combine_dtype=half,
-    )
     if isinstance(qc, dict):
         note = f"quantization_config {_show(qc.get('quant_method'))} is not modelled; {half} weights assumed"
     else:
         note = f"no fp8 quantization_config: {half} weights (torch_dtype {_show(dtype)})"
-    return prec, note
+    return _dtypes(half, half, 0), note
 
 
 def _dense_prefix(r: _Reader, num_layers: int, dense: list[int], keys: str) -> int:
