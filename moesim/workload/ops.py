@@ -73,6 +73,26 @@ def matmul_work(rows, n, k, *, weights=1.0, w_bytes: float, a_bytes: float, out_
     return flops, b_weight, rows * k * a_elem, rows * n * out_bytes
 
 
+def _matmul_op(name, kind, dtype, stage, rows, n, k, *, m=None, present=1.0, tags=frozenset(), more=None, **work):
+    """The OpWork of `rows` rows through [k, n] weights (work: matmul_work(rows, n, k, **work));
+    its shape: m (default: rows), n, k as arrays like `rows`, then the items of `more`."""
+    rows = np.asarray(rows, float)
+    flops, b_w, b_in, b_out = matmul_work(rows, n, k, **work)
+    ones = np.ones_like(rows)
+    return OpWork(
+        name,
+        kind,
+        Dtype(dtype),
+        stage,
+        flops=flops,
+        bytes_weight=b_w * ones,
+        bytes_act=b_in + b_out,
+        shape={"m": rows if m is None else m, "n": n * ones, "k": k * ones, **(more or {})},
+        present=present,
+        tags=frozenset(tags),
+    )
+
+
 def gemm(
     name,
     m,
@@ -89,20 +109,8 @@ def gemm(
     tags=frozenset(),
 ) -> OpWork:
     """One [m, k] x [k, n] GEMM (work: matmul_work)."""
-    m = np.asarray(m, float)
-    flops, b_w, b_in, b_out = matmul_work(m, n, k, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=out_bytes, block=block)
-    return OpWork(
-        name=name,
-        kind=OpKind.GEMM,
-        dtype=Dtype(dtype),
-        stage=stage,
-        flops=flops,
-        bytes_weight=b_w * np.ones_like(m),
-        bytes_act=b_in + b_out,
-        shape={"m": m, "n": n * np.ones_like(m), "k": k * np.ones_like(m)},
-        present=present,
-        tags=frozenset(tags),
-    )
+    work = {"w_bytes": w_bytes, "a_bytes": a_bytes, "out_bytes": out_bytes, "block": block}
+    return _matmul_op(name, OpKind.GEMM, dtype, stage, m, n, k, present=present, tags=tags, **work)
 
 
 def grouped_gemm(
@@ -124,27 +132,11 @@ def grouped_gemm(
     """Grouped GEMM over `groups` weight matrices [k, n] (DeepGEMM masked/contiguous layouts):
     `rows` rows in all, `active` matrices read (groups that receive >= 1 row). BF16 output."""
     rows = np.asarray(rows, float)
-    flops, b_w, b_in, b_out = matmul_work(
-        rows, n, k, weights=active, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=2.0, block=block
-    )
     groups = np.asarray(groups, float)
-    return OpWork(
-        name=name,
-        kind=OpKind.GROUPED_GEMM,
-        dtype=Dtype(dtype),
-        stage=stage,
-        flops=flops,
-        bytes_weight=b_w,
-        bytes_act=b_in + b_out,
-        shape={
-            "m": rows / np.maximum(groups, 1e-9),
-            "n": n * np.ones_like(rows),
-            "k": k * np.ones_like(rows),
-            "groups": groups * np.ones_like(rows),
-            "layout": layout,
-        },
-        tags=frozenset(tags),
-    )
+    work = {"weights": active, "w_bytes": w_bytes, "a_bytes": a_bytes, "out_bytes": 2.0, "block": block}
+    per_group = rows / np.maximum(groups, 1e-9)
+    more = {"groups": groups * np.ones_like(rows), "layout": layout}
+    return _matmul_op(name, OpKind.GROUPED_GEMM, dtype, stage, rows, n, k, m=per_group, tags=tags, more=more, **work)
 
 
 def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset()) -> OpWork:
