@@ -56,7 +56,7 @@ def _resolve(kind: str, name_or_path: str) -> Path:
 def read_text(path: Path, error: type[Exception] = SpecError, label: str = "") -> str:
     """The UTF-8 text of a file; an unreadable or undecodable file is one `error` line."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"{label}{path}: cannot read ({e.__class__.__name__}: {e})") from None
 
