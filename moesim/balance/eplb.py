@@ -219,19 +219,14 @@ def _validate(w: np.ndarray, num_slots, num_groups, num_nodes, num_gpus) -> None
     if np.any(w < 0):
         raise ConfigError("weight: contains negative loads; expert loads must be >= 0")
     e = w.shape[1]
-    for name, v in (
-        ("num_slots", num_slots),
-        ("num_groups", num_groups),
-        ("num_nodes", num_nodes),
-        ("num_gpus", num_gpus),
-    ):
+    sizes = {"num_slots": num_slots, "num_groups": num_groups, "num_nodes": num_nodes, "num_gpus": num_gpus}
+    for name, v in sizes.items():
         if int(v) != v or v < 1:
             raise ConfigError(f"{name}: {v!r} must be a positive integer")
     check_layout(e, num_slots, num_gpus, num_nodes, num_groups)
 
 
-# What the layout numbers are called in messages: rebalance_experts' keywords (or, for a CLI, its flags).
-LAYOUT_NAMES = {
+LAYOUT_NAMES = {  # what the messages call the layout numbers: rebalance_experts' keywords
     "slots": "num_slots",
     "gpus": "num_gpus",
     "nodes": "num_nodes",
@@ -243,7 +238,8 @@ LAYOUT_NAMES = {
 
 def check_layout(experts, slots, gpus, nodes, groups, names: dict = LAYOUT_NAMES) -> None:
     """EPLB's layout rules: slots >= experts, slots split evenly over GPUs, GPUs over nodes and
-    experts over groups. The numbers are positive integers already; `names` words the messages."""
+    experts over groups. The numbers are positive integers already; `names` words the messages
+    (a CLI passes its flags)."""
     n = names
     for broken, key, value, rule in (
         (slots < experts, "slots", slots, f"must be >= {n['experts']} ({experts})"),
