@@ -30,11 +30,18 @@ def check_number(
     allow_none: bool = False,
     where: str = "",
     error: type[MoesimError] = ConfigError,
+    message: str | None = None,
 ):
     """The one number validator: -> float (int when ``integer``), or None when allowed.
 
-    Raises ``error`` with one line naming the field (``where`` + ``name``) and the allowed range.
-    Booleans are not numbers; strings holding a number are read (PyYAML reads 608.0e9 as a string)."""
+    Raises ``error`` with one line naming the field (``where`` + ``name``) and the allowed range
+    (or ``message``, where a caller's wording is part of its interface). Booleans are not numbers;
+    strings holding a number are read (PyYAML reads 608.0e9 as a string)."""
+    if message is not None:
+        try:
+            return check_number(name, v, lo=lo, hi=hi, lo_open=lo_open, integer=integer, allow_none=allow_none)
+        except MoesimError:
+            raise error(message) from None
 
     rng = range_text(lo, hi, lo_open, integer)
     if v is None:

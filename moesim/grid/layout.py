@@ -34,10 +34,9 @@ def parallel_degree(name: str, v):
     """None, or a positive whole number (an int, or a float/numpy value equal to one)."""
     if v is None:
         return None
-    try:
-        return check_number(name, v, lo=1, integer=True)
-    except ConfigError:
-        raise ConfigError(f"{name}: {v!r} must be a positive integer (1 .. {MAX_GPUS:,} GPUs)") from None
+    return check_number(
+        name, v, lo=1, integer=True, message=f"{name}: {v!r} must be a positive integer (1 .. {MAX_GPUS:,} GPUs)"
+    )
 
 
 def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
