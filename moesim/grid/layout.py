@@ -51,12 +51,11 @@ def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
         return tp, dp, ep, moe_tp
     if dp is None and ep is None:
         dp = 1
-    if dp is None:
-        if (ep * moe_tp) % tp:
-            raise ConfigError(f"dp: ep x moe_tp = {ep * moe_tp} is not divisible by tp = {tp}; pass --dp explicitly")
-        dp = ep * moe_tp // tp
-    if ep is None:
-        if (tp * dp) % moe_tp:
-            raise ConfigError(f"ep: tp x dp = {tp * dp} is not divisible by moe_tp = {moe_tp}")
-        ep = tp * dp // moe_tp
-    return tp, dp, ep, moe_tp
+    nan = float("nan")
+    d, e, reason = derive(tp, nan if dp is None else dp, nan if ep is None else ep, moe_tp)
+    reason = reason.reshape(-1)[0]
+    if reason == DP_REASON:
+        raise ConfigError(f"dp: ep x moe_tp = {ep * moe_tp} is not divisible by tp = {tp}; pass --dp explicitly")
+    if reason == EP_REASON:
+        raise ConfigError(f"ep: tp x dp = {tp * dp} is not divisible by moe_tp = {moe_tp}")
+    return tp, int(d.reshape(-1)[0]), int(e.reshape(-1)[0]), moe_tp
