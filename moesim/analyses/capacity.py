@@ -86,6 +86,17 @@ def _finite(name, v, lo, hi, lo_open=False):
     return x
 
 
+def _run(cost_mode, expert_skew, context_dist, profile, notes) -> dict:
+    """How both pools are evaluated (`_evaluate_pool`'s ``run``)."""
+    return {
+        "cost_mode": cost_mode,
+        "expert_skew": expert_skew,
+        "context_dist": context_dist,
+        "profile": profile,
+        "notes": notes,
+    }
+
+
 def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: dict) -> dict:
     """One evaluate_grid call over the batches at the pool's deployment -> the engine's values.
     run: cost_mode, expert_skew, context_dist, profile, notes (list to extend, or None)."""
@@ -140,13 +151,7 @@ def decode_capacity(
     max_batch = _finite("decode.max_batch", pool.max_batch, 1, 100_000)
     m, h = specs_of(model, hardware, set)
     batches = np.arange(1, int(max_batch) + 1, dtype=float)
-    run = {
-        "cost_mode": cost_mode,
-        "expert_skew": expert_skew,
-        "context_dist": context_dist,
-        "profile": profile,
-        "notes": notes,
-    }
+    run = _run(cost_mode, expert_skew, context_dist, profile, notes)
     v = _evaluate_pool(m, h, pool, "decode", batches, context, pool.mtp, pool.acceptance, run)
     user = np.asarray(v["tokens_per_s_per_user"], float)
     fits = np.asarray(v["fits"], bool)
@@ -234,13 +239,7 @@ def prefill_capacity(
         prompt = length_dist("", "prompt", prompt)
     m, h = specs_of(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
-    run = {
-        "cost_mode": cost_mode,
-        "expert_skew": expert_skew,
-        "context_dist": context_dist,
-        "profile": profile,
-        "notes": notes,
-    }
+    run = _run(cost_mode, expert_skew, context_dist, profile, notes)
     v = _evaluate_pool(m, h, pool, "prefill", cand, attention_context(m, prompt, c), 0, 0.0, run)
     step = np.asarray(v["step_time_s"], float)
     fits = np.asarray(v["fits"], bool)

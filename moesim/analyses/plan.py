@@ -138,36 +138,19 @@ class PlanResult:
 
     def _decode_section(self) -> dict:
         d, t = self.decode, self.traffic
-        return {
-            "batch": d.batch,
-            "batch_units": "requests per DP group",
-            "limited_by": d.limited_by,
-            "tokens_per_s_per_node": d.tokens_per_s_per_node,
-            "tokens_per_s_per_gpu": d.tokens_per_s_per_gpu,
+        figures = {
             "tokens_per_s_per_user": d.tokens_per_s_per_user,
             "step_time_s": d.step_time_s,
             "tpot_s": d.tpot_s,
             "max_batch_memory": d.max_batch_memory,
-            "overlap": d.overlap,
-            "ep": t.decode.ep,
-            "dp": t.decode.dp,
-            "tp": t.decode.tp,
-            "mtp": t.decode.mtp,
-            "acceptance": t.decode.acceptance,
-            "redundant_experts": t.decode.redundant_experts,
-            "gpus_per_unit": d.gpus,
-            "nodes_per_unit": d.nodes_per_unit,
-            "context": t.context,
         }
+        drafts = {"mtp": t.decode.mtp, "acceptance": t.decode.acceptance}
+        batch = ("batch", d.batch, "requests per DP group")
+        return _pool_section(d, t.decode, batch, figures, drafts, {"context": t.context})
 
     def _prefill_section(self) -> dict:
         p, t = self.prefill, self.traffic
-        return {
-            "batch_tokens": p.batch_tokens,
-            "batch_units": "prompt tokens per DP group",
-            "limited_by": p.limited_by,
-            "tokens_per_s_per_node": p.tokens_per_s_per_node,
-            "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        figures = {
             "input_tokens_per_s_per_node_incl_hits": jsonable(self.totals["prefill_input_tokens_per_s_per_node"]),
             "ttft_s": p.ttft_s,
             "ttft_kind": "mean (M/G/1 queueing + compute)"
@@ -176,17 +159,37 @@ class PlanResult:
             "utilisation": p.utilisation,
             "full_load_tokens_per_s_per_node": p.full_load_tokens_per_s_per_node,
             "step_time_s": p.step_time_s,
-            "overlap": p.overlap,
-            "ep": t.prefill.ep,
-            "dp": t.prefill.dp,
-            "tp": t.prefill.tp,
-            "redundant_experts": t.prefill.redundant_experts,
-            "gpus_per_unit": p.gpus,
-            "nodes_per_unit": p.nodes_per_unit,
+        }
+        prompt = {
             "prompt_length": t.prompt_length,
             "prompt_distribution": t.prompt.describe(),
             "attention_context": t.prompt.moment_ratio() * (1.0 + self.totals["cache_hit_share"]),
         }
+        batch = ("batch_tokens", p.batch_tokens, "prompt tokens per DP group")
+        return _pool_section(p, t.prefill, batch, figures, {}, prompt)
+
+
+def _pool_section(cap, pool, batch: tuple, figures: dict, drafts: dict, inputs: dict) -> dict:
+    """What both pools report, in this order: the batch (key, value, units), what limits it, the
+    throughput, the pool's own figures, its deployment (drafts after TP), its traffic inputs."""
+    key, value, units = batch
+    return {
+        key: value,
+        "batch_units": units,
+        "limited_by": cap.limited_by,
+        "tokens_per_s_per_node": cap.tokens_per_s_per_node,
+        "tokens_per_s_per_gpu": cap.tokens_per_s_per_gpu,
+        **figures,
+        "overlap": cap.overlap,
+        "ep": pool.ep,
+        "dp": pool.dp,
+        "tp": pool.tp,
+        **drafts,
+        "redundant_experts": pool.redundant_experts,
+        "gpus_per_unit": cap.gpus,
+        "nodes_per_unit": cap.nodes_per_unit,
+        **inputs,
+    }
 
 
 def _as_traffic(traffic) -> Traffic:

@@ -23,6 +23,7 @@ from moesim.engine.pricing import resolve_specs
 from moesim.enums import CommMode, CostMode, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
+from moesim.grid.layout import derive as derive_layout
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
@@ -89,20 +90,11 @@ def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
     if derive:
         vals[derive] = [np.nan]
     g = Grid.product(**vals)
-    reason = None
-    if derive == "dp":
-        dp = g.ep * g.moe_tp / g.tp
-        bad = dp != np.round(dp)
-        g = Grid(**{**g.to_dict(), "dp": dp})
-        if bad.any():
-            reason = np.where(bad, "dp: ep x moe_tp must be a multiple of tp (dp is derived as ep x moe_tp / tp)", "")
-    elif derive == "ep":
-        ep = g.tp * g.dp / g.moe_tp
-        bad = ep != np.round(ep)
-        g = Grid(**{**g.to_dict(), "ep": ep})
-        if bad.any():
-            reason = np.where(bad, "ep: tp x dp must be a multiple of moe_tp (ep is derived as tp x dp / moe_tp)", "")
-    return g, reason
+    if not derive:
+        return g, None
+    dp, ep, reason = derive_layout(g.tp, g.dp, g.ep, g.moe_tp)  # the one tp x dp = ep x moe_tp rule
+    g = Grid(**{**g.to_dict(), "dp": dp, "ep": ep})
+    return g, (reason if (reason != "").any() else None)
 
 
 # ---------------------------------------------------------------------------------------- sweep

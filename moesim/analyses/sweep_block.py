@@ -113,7 +113,7 @@ def _empty_column(dtype, n):
     return np.full(n, np.nan)
 
 
-NAN_METRICS = (
+HEADLINE = (  # the sweep's first metric columns; NaN where a row is not evaluated
     "step_time_s",
     "tpot_s",
     "ttft_s",
@@ -121,10 +121,8 @@ NAN_METRICS = (
     "tokens_per_s_per_gpu",
     "tokens_per_s_per_node",
     "mfu",
-    "accepted_tokens_per_step",
-    "moe_layer_time_s",
-    "dense_layer_time_s",
 )
+NAN_METRICS = HEADLINE + ("accepted_tokens_per_step", "moe_layer_time_s", "dense_layer_time_s")
 NAN_MEMORY = (
     "max_batch",
     "total_bytes",
@@ -134,19 +132,7 @@ NAN_MEMORY = (
     "comm_buffer_bytes",
     "capacity_bytes",
 )
-FIRST_COLUMNS = (
-    "step_time_s",
-    "tpot_s",
-    "ttft_s",
-    "tokens_per_s_per_user",
-    "tokens_per_s_per_gpu",
-    "tokens_per_s_per_node",
-    "mfu",
-    "bottleneck",
-    "overlap",
-    "fits",
-    "max_batch",
-)
+FIRST_COLUMNS = HEADLINE + ("bottleneck", "overlap", "fits", "max_batch")
 
 
 def _assemble(cols, out, n, ok, reason) -> dict:

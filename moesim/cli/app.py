@@ -52,24 +52,25 @@ def estimate(
     print_estimate(r)
 
 
+def _list_catalog(kind: str, load, line, width: int) -> None:
+    """One line per catalog entry; an entry that does not load says why (name padded to ``width``)."""
+    for name in catalog(kind):
+        try:
+            typer.echo(line(load(name)))
+        except MoesimError as e:
+            typer.echo(f"{name:{width}s} invalid: {e}")
+
+
 @app.command()
 def models():
     """List the model catalog."""
-    for name in catalog("models"):
-        try:
-            typer.echo(model_line(load_model(name)))
-        except MoesimError as e:
-            typer.echo(f"{name:22s} invalid: {e}")
+    _list_catalog("models", load_model, model_line, 22)
 
 
 @app.command()
 def hardware():
     """List the hardware catalog."""
-    for name in catalog("hardware"):
-        try:
-            typer.echo(hardware_line(load_hardware(name)))
-        except MoesimError as e:
-            typer.echo(f"{name:14s} invalid: {e}")
+    _list_catalog("hardware", load_hardware, hardware_line, 14)
 
 
 def _mount():
