@@ -70,6 +70,19 @@ class PrefillCapacity:
     sweep: dict = field(repr=False, default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PoolRun:
+    """How the planner evaluates a pool: the engine's settings (defaults as `moesim estimate`), and
+    ``notes``, a list the engine's notes extend (None: dropped). The ``**run`` keywords of
+    `decode_capacity` and `prefill_capacity`."""
+
+    cost_mode: str = "calibrated"
+    expert_skew: object = "auto"
+    context_dist: object = "fixed"
+    profile: object = None
+    notes: list | None = None
+
+
 def specs_of(model, hardware, set_):
     """(ModelSpec, HardwareSpec) from names, paths or specs, with `--set` overrides."""
     return resolve_specs(model, hardware, set_)
@@ -86,20 +99,8 @@ def _finite(name, v, lo, hi, lo_open=False):
     return x
 
 
-def _run(cost_mode, expert_skew, context_dist, profile, notes) -> dict:
-    """How both pools are evaluated (`_evaluate_pool`'s ``run``)."""
-    return {
-        "cost_mode": cost_mode,
-        "expert_skew": expert_skew,
-        "context_dist": context_dist,
-        "profile": profile,
-        "notes": notes,
-    }
-
-
-def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: dict) -> dict:
-    """One evaluate_grid call over the batches at the pool's deployment -> the engine's values.
-    run: cost_mode, expert_skew, context_dist, profile, notes (list to extend, or None)."""
+def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: PoolRun) -> dict:
+    """One evaluate_grid call over the batches at the pool's deployment -> the engine's values."""
     grid = Grid.product(
         tp=pool.tp,
         dp=pool.dp,
@@ -120,14 +121,14 @@ def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: dict
         grid,
         phase=phase,
         overlap=pool.overlap,
-        cost_mode=run["cost_mode"],
+        cost_mode=run.cost_mode,
         comm=pool.comm,
-        expert_skew=run["expert_skew"],
-        context_dist=run["context_dist"],
-        profile_path=run["profile"],
+        expert_skew=run.expert_skew,
+        context_dist=run.context_dist,
+        profile_path=run.profile,
     )
-    if run["notes"] is not None:
-        run["notes"].extend(ns)
+    if run.notes is not None:
+        run.notes.extend(ns)
     return ev.values
 
 
@@ -138,20 +139,17 @@ def decode_capacity(
     *,
     context: float = 4989.0,
     min_tokens_per_s_per_user: float = 20.0,
-    cost_mode="calibrated",
     set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile=None,
-    notes: list | None = None,
+    **run,
 ) -> DecodeCapacity:
     """Largest batch (requests per DP group, swept 1..pool.max_batch in ONE evaluate_grid call)
-    that fits memory and keeps tokens/s per user >= the SLO, and the throughput there."""
+    that fits memory and keeps tokens/s per user >= the SLO, and the throughput there.
+    run: `PoolRun`'s fields (cost_mode, expert_skew, context_dist, profile, notes)."""
     min_tokens_per_s_per_user = _finite("slo.min_tokens_per_s_per_user", min_tokens_per_s_per_user, 0, 1e6)
     max_batch = _finite("decode.max_batch", pool.max_batch, 1, 100_000)
     m, h = specs_of(model, hardware, set)
     batches = np.arange(1, int(max_batch) + 1, dtype=float)
-    run = _run(cost_mode, expert_skew, context_dist, profile, notes)
+    run = PoolRun(**run)
     v = _evaluate_pool(m, h, pool, "decode", batches, context, pool.mtp, pool.acceptance, run)
     user = np.asarray(v["tokens_per_s_per_user"], float)
     fits = np.asarray(v["fits"], bool)
@@ -211,12 +209,8 @@ def prefill_capacity(
     max_ttft_s: float | None = None,
     cached_share: float = 0.0,
     prompt=None,
-    cost_mode="calibrated",
     set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile=None,
-    notes: list | None = None,
+    **run,
 ) -> PrefillCapacity:
     """Computed prompt tokens/s per node at the prefill deployment, over candidate batches
     (pool.batch_tokens halved down, ONE evaluate_grid call) that fit memory.
@@ -226,6 +220,7 @@ def prefill_capacity(
     head). Those tokens skip compute, but the computed tail attends to them (see
     `attention_context`). With max_ttft_s the pool runs at the utilisation of `ttft_utilisation`
     (M/G/1), maximised over the candidate batches; without a TTFT target at full load.
+    run: `PoolRun`'s fields (cost_mode, expert_skew, context_dist, profile, notes).
     """
     if max_ttft_s is not None:
         max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)
@@ -239,7 +234,7 @@ def prefill_capacity(
         prompt = length_dist("", "prompt", prompt)
     m, h = specs_of(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
-    run = _run(cost_mode, expert_skew, context_dist, profile, notes)
+    run = PoolRun(**run)
     v = _evaluate_pool(m, h, pool, "prefill", cand, attention_context(m, prompt, c), 0, 0.0, run)
     step = np.asarray(v["step_time_s"], float)
     fits = np.asarray(v["fits"], bool)

@@ -161,7 +161,8 @@ def grid_block(
 
 
 def estimate_kwargs(cfg: dict) -> dict:
-    """config_block values -> keyword arguments of `estimate` (``--set`` is its ``set``)."""
+    """A block's values -> keyword arguments of the library call (`estimate`, `roofline`,
+    `layer_timeline`; ``--set`` is its ``set``)."""
     return {("set" if k == "set_" else k): v for k, v in cfg.items()}
 
 

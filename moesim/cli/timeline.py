@@ -30,7 +30,7 @@ def _check_micro_batches(phase, overlap, batch):
         )
 
 
-def timeline(
+def timeline_block(
     model: O.Model = "deepseek-v3",
     hardware: O.Hardware = "h800",
     phase: Annotated[str, typer.Option("--phase", help="decode | prefill")] = "decode",
@@ -50,6 +50,13 @@ def timeline(
     comm: O.Comm = None,
     expert_skew: O.ExpertSkew = "auto",
     set_: O.Set = None,
+):
+    """The configuration `layer_timeline` draws (its keywords; ``--set`` is its ``set``)."""
+
+
+@O.shared("cfg", timeline_block)
+def timeline(
+    cfg: dict,
     out: Annotated[Path, typer.Option("--out", help="PNG or SVG")] = Path("timeline.png"),
     json_out: O.Json = False,
 ):
@@ -57,26 +64,8 @@ def timeline(
     from moesim.report.plots import plot_timeline  # lazy: matplotlib only when drawing
 
     check_figure_suffix(out)
-    _check_micro_batches(phase, overlap, batch)
-    tl = layer_timeline(
-        model,
-        hardware,
-        phase=phase,
-        tp=tp,
-        dp=dp,
-        ep=ep,
-        moe_tp=moe_tp,
-        batch=batch,
-        context=context,
-        mtp=mtp,
-        acceptance=acceptance,
-        redundant_experts=redundant_experts,
-        overlap=overlap,
-        cost_mode=cost_mode,
-        comm=comm,
-        set=set_,
-        expert_skew=expert_skew,
-    )
+    _check_micro_batches(cfg["phase"], cfg["overlap"], cfg["batch"])
+    tl = layer_timeline(**O.estimate_kwargs(cfg))
     plot_timeline(tl, out)
     if json_out:
         typer.echo(json_text(tl, clean=False))

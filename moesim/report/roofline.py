@@ -10,15 +10,8 @@ def draw_roofline(res: dict, out) -> None:
     """The figure of `moesim.analyses.roofline.roofline`'s result, saved to ``out``."""
     from moesim.report.roofline_plot import plot_roofline  # lazy: matplotlib only when drawing
 
-    plot_roofline(
-        res["ops"],
-        out,
-        peaks=res["peaks"],
-        hbm_Bps=res["hbm_Bps"],
-        calibration=res["calibration"],
-        ceilings=res["ceilings"],
-        title=res["title"],
-    )
+    keys = ("peaks", "hbm_Bps", "calibration", "ceilings", "title")  # named as plot_roofline's keywords
+    plot_roofline(res["ops"], out, **{k: res[k] for k in keys})
 
 
 def roofline_lines(res: dict) -> list[str]:
