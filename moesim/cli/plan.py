@@ -38,68 +38,41 @@ def _length_flags(data: dict, over: dict, prompt_length, prompt_dist, output_len
             data.pop(key, None)
 
 
-def traffic_from_flags(
-    traffic_file: Path | None = None,
-    *,
-    per_second: bool = False,
-    input_tokens=None,
-    cache_hit_tokens=None,
-    output_tokens=None,
-    hours=None,
-    diurnal: str | None = None,
-    context=None,
-    prompt_length=None,
-    prompt_dist=None,
-    output_length=None,
-    output_dist=None,
-    min_tokens_per_s_per_user=None,
-    max_ttft=None,
-    prefill_ep=None,
-    decode_ep=None,
-    prefill_batch_tokens=None,
-    decode_max_batch=None,
-    mtp=None,
-    acceptance=None,
-    overlap=None,
-    redundant_experts=None,
-    usd_per_gpu_hour=None,
-    price_input_hit=None,
-    price_input_miss=None,
-    price_output=None,
-):
-    """Traffic from an optional YAML file overlaid with flags (flags win)."""
+def traffic_from_flags(traffic_file: Path | None, flags: dict):
+    """Traffic from an optional YAML file overlaid with flags (flags win); flags: the values of
+    `traffic_block`."""
+    f = flags
     data = read_traffic_yaml(traffic_file) if traffic_file else {}
-    suffix = "_per_s" if per_second else ""
+    suffix = "_per_s" if f["per_second"] else ""
+    prices = {"input_hit": f["price_input_hit"], "input_miss": f["price_input_miss"], "output": f["price_output"]}
     over = {
-        f"input_tokens{suffix}": input_tokens,
-        f"cache_hit_tokens{suffix}": cache_hit_tokens,
-        f"output_tokens{suffix}": output_tokens,
-        "hours": hours,
-        "context": context,
-        "slo": {"min_tokens_per_s_per_user": min_tokens_per_s_per_user, "max_ttft_s": max_ttft},
-        "prices": {
-            "usd_per_gpu_hour": usd_per_gpu_hour,
-            "usd_per_million": {"input_hit": price_input_hit, "input_miss": price_input_miss, "output": price_output},
-        },
-        "prefill": {"batch_tokens": prefill_batch_tokens, "redundant_experts": redundant_experts},
+        f"input_tokens{suffix}": f["input_tokens"],
+        f"cache_hit_tokens{suffix}": f["cache_hit_tokens"],
+        f"output_tokens{suffix}": f["output_tokens"],
+        "hours": f["hours"],
+        "context": f["context"],
+        "slo": {"min_tokens_per_s_per_user": f["min_tokens_per_s_per_user"], "max_ttft_s": f["max_ttft"]},
+        "prices": {"usd_per_gpu_hour": f["usd_per_gpu_hour"], "usd_per_million": prices},
+        "prefill": {"batch_tokens": f["prefill_batch_tokens"], "redundant_experts": f["redundant_experts"]},
         "decode": {
-            "max_batch": decode_max_batch,
-            "mtp": mtp,
-            "acceptance": acceptance,
-            "overlap": overlap,
-            "redundant_experts": redundant_experts,
+            "max_batch": f["decode_max_batch"],
+            "mtp": f["mtp"],
+            "acceptance": f["acceptance"],
+            "overlap": f["overlap"],
+            "redundant_experts": f["redundant_experts"],
         },
     }
-    _length_flags(data, over, prompt_length, prompt_dist, output_length, output_dist)
+    _length_flags(data, over, f["prompt_length"], f["prompt_dist"], f["output_length"], f["output_dist"])
+    diurnal = f["diurnal"]
     if diurnal is not None:
         try:
             over["diurnal"] = [float(x) for x in diurnal.replace(" ", "").split(",") if x]
         except ValueError:
             raise ConfigError(f"--diurnal: {diurnal!r}; allowed comma-separated numbers (24 hourly weights)") from None
-    if all(v is None for v in over["prices"]["usd_per_million"].values()):
+    if all(v is None for v in prices.values()):
         over["prices"].pop("usd_per_million")
     data = merge(data, over)
-    for section, ep in (("prefill", prefill_ep), ("decode", decode_ep)):
+    for section, ep in (("prefill", f["prefill_ep"]), ("decode", f["decode_ep"])):
         if ep is not None:  # a new EP size: attention DP follows (tp x dp = ep)
             sec = dict(data.get(section) or {}) if isinstance(data.get(section), dict) else {}
             sec["ep"] = ep
@@ -211,7 +184,7 @@ def plan(
         raise ConfigError(f"--out: {out.name!r} must end in .json, .csv or .parquet")
     if plot is not None:
         check_figure_suffix(plot, "--plot")
-    t = traffic_from_flags(traffic, **flags)
+    t = traffic_from_flags(traffic, flags)
     r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew)
     d = r.to_dict()
     _write_plan(r, d, out, plot)
