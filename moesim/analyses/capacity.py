@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.pricing import evaluate_grid, resolve_specs
-from moesim.errors import ConfigError
+from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_grid
 from moesim.specs.distributions import LengthDist, length_dist
@@ -89,14 +89,14 @@ def specs_of(model, hardware, set_):
 
 
 def _finite(name, v, lo, hi, lo_open=False):
-    """API callers pass numbers directly (bypassing the traffic loader): finite and in range."""
+    """API callers pass numbers directly (bypassing the traffic loader): finite and in range
+    (`check_number`, in the planner's words)."""
     try:
-        x = float(v) if not isinstance(v, bool) else float("nan")
-    except (TypeError, ValueError):
-        x = float("nan")
-    if not (np.isfinite(x) and (x > lo if lo_open else x >= lo) and x <= hi):
-        raise ConfigError(f"{name}: {v!r}; allowed a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}")
-    return x
+        return check_number(name, v, lo=lo, hi=hi, lo_open=lo_open)
+    except ConfigError:
+        raise ConfigError(
+            f"{name}: {v!r}; allowed a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}"
+        ) from None
 
 
 def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: PoolRun) -> dict:
