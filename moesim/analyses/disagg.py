@@ -28,7 +28,7 @@ import numpy as np
 from moesim.analyses.sweep import sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode
-from moesim.errors import ConfigError, check_number
+from moesim.errors import ConfigError, is_positive_number
 from moesim.specs.model import AttentionKind
 from moesim.specs.study import normalize_axes
 from moesim.units import jsonable
@@ -185,15 +185,11 @@ def _kv_figures(m, isl, link_Bps) -> dict:
 
 
 def _positive_inputs(**values) -> list[float]:
-    """The workload numbers as floats; each must be a finite number > 0 (`check_number`, in this
-    command's words)."""
-    out = []
+    """The workload numbers as floats; each must be a finite number > 0."""
     for name, v in values.items():
-        try:
-            out.append(check_number(name, v, lo=0, lo_open=True))
-        except ConfigError:
-            raise ConfigError(f"{name}: must be a positive number; got {v!r}") from None
-    return out
+        if not is_positive_number(v):
+            raise ConfigError(f"{name}: must be a positive number; got {v!r}")
+    return [float(v) for v in values.values()]
 
 
 def _add_notes(notes: list, df) -> None:
