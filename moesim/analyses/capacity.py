@@ -89,14 +89,9 @@ def specs_of(model, hardware, set_):
 
 
 def _finite(name, v, lo, hi, lo_open=False):
-    """API callers pass numbers directly (bypassing the traffic loader): finite and in range
-    (`check_number`, in the planner's words)."""
-    try:
-        return check_number(name, v, lo=lo, hi=hi, lo_open=lo_open)
-    except ConfigError:
-        raise ConfigError(
-            f"{name}: {v!r}; allowed a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}"
-        ) from None
+    """API callers pass numbers directly (bypassing the traffic loader): finite and in range."""
+    allowed = f"allowed a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}"
+    return check_number(name, v, lo=lo, hi=hi, lo_open=lo_open, message=f"{name}: {v!r}; {allowed}")
 
 
 def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: PoolRun) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from moesim.balance.eplb import load_from_csv, rebalance_experts, zipf_load
+from moesim.balance.eplb import check_layout, load_from_csv, rebalance_experts, zipf_load
 from moesim.errors import ConfigError, MoesimError
 from moesim.report.eplb import print_eplb
 from moesim.report.writer import json_text
@@ -78,15 +78,8 @@ def _load_weight(experts, slots, zipf, load, layers, seed):
     return zipf_load(experts, zipf, layers=layers, seed=seed), experts, f"zipf s={zipf:g}, seed {seed}", note
 
 
-def _check_layout(experts, slots, gpus, nodes, groups) -> None:
-    if slots < experts:
-        raise ConfigError(f"--slots: {slots} must be >= --experts ({experts})")
-    if slots % gpus:
-        raise ConfigError(f"--slots: {slots} must be a multiple of --gpus ({gpus})")
-    if gpus % nodes:
-        raise ConfigError(f"--gpus: {gpus} must be a multiple of --nodes ({nodes})")
-    if experts % groups:
-        raise ConfigError(f"--groups: {groups} must divide --experts ({experts})")
+# what `check_layout`'s messages call the layout numbers here: this command's flags
+FLAG_NAMES = {**{k: f"--{k}" for k in ("slots", "gpus", "nodes", "groups", "experts")}, "expert_count": "--experts"}
 
 
 def _result(res, experts, slots, gpus, nodes, groups, source) -> dict:
@@ -146,7 +139,7 @@ def eplb_command(
     slots = _check_int("slots", slots, 1)
     seed = _check_int("seed", seed, 0)
     weight, experts, source, note = _load_weight(experts, slots, zipf, load, layers, seed)
-    _check_layout(experts, slots, gpus, nodes, groups)
+    check_layout(experts, slots, gpus, nodes, groups, FLAG_NAMES)
     res = rebalance_experts(weight, slots, groups, nodes, gpus)
     out = _result(res, experts, slots, gpus, nodes, groups, source)
     if note:
