@@ -136,3 +136,11 @@ def test_update_readme_replaces_only_the_block():
     assert mod.replace_block(new, block) == new  # idempotent
     with pytest.raises(SystemExit):
         mod.replace_block("no markers", block)
+
+
+@pytest.mark.slow
+def test_accuracy_block_is_current():
+    """The README's accuracy block is what `moesim validate` prints today (a model change that moves
+    a figure regenerates it with `python docs/update_readme.py`, which this check runs with --check)."""
+    mod = _update_readme()
+    assert mod.main(["--check"]) == 0, "README accuracy block is stale: run python docs/update_readme.py"
