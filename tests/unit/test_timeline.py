@@ -2,65 +2,26 @@ import pytest
 
 from tests.conftest import run_cli
 
+EP144_FIVE_STAGE = (
+    "--ep 144 --dp 144 --batch 88 --context 4989 --mtp 1 --redundant-experts 32 --overlap five-stage".split()
+)
+
 
 @pytest.mark.parametrize(
     "args,suffix",
     [
         (
             [
-                "--ep",
-                "144",
-                "--dp",
-                "144",
-                "--batch",
-                "88",
-                "--context",
-                "4989",
-                "--mtp",
-                "1",
-                "--redundant-experts",
-                "32",
-                "--overlap",
-                "five-stage",
+                *EP144_FIVE_STAGE,
             ],
             ".png",
         ),
         (
-            [
-                "--phase",
-                "prefill",
-                "--ep",
-                "32",
-                "--dp",
-                "32",
-                "--batch",
-                "16384",
-                "--context",
-                "4989",
-                "--redundant-experts",
-                "32",
-                "--overlap",
-                "two-batch",
-            ],
+            "--phase prefill --ep 32 --dp 32 --batch 16384 --context 4989 --redundant-experts 32 --overlap two-batch".split(),
             ".svg",
         ),
         (
-            [
-                "--hardware",
-                "h100_sxm",
-                "--ep",
-                "128",
-                "--dp",
-                "128",
-                "--batch",
-                "128",
-                "--context",
-                "5000",
-                "--mtp",
-                "1",
-                "--comm",
-                "pplx",
-            ],
+            "--hardware h100_sxm --ep 128 --dp 128 --batch 128 --context 5000 --mtp 1 --comm pplx".split(),
             ".png",
         ),
     ],
@@ -79,20 +40,7 @@ def test_timeline_json_has_both_streams(tmp_path):
 
     p = run_cli(
         "timeline",
-        "--ep",
-        "144",
-        "--dp",
-        "144",
-        "--batch",
-        "88",
-        "--context",
-        "4989",
-        "--mtp",
-        "1",
-        "--redundant-experts",
-        "32",
-        "--overlap",
-        "five-stage",
+        *EP144_FIVE_STAGE,
         "--out",
         tmp_path / "t.png",
         "--json",
