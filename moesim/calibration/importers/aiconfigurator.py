@@ -6,10 +6,12 @@ Reads `<systems>/data/<system>/<family>/<engine>/<version>/<table>.parquet` (aic
 Apache-2.0; `pip install "moesim[aiconfigurator]"`) and writes
 `calibration/measurements/<gpu>/<engine>/<table>.csv.gz` (records' schema, replaced on every import
 so a re-import is byte-identical). Per engine and table the newest engine version folder holding the
-table is read; its collection_meta.yaml status must be `complete` (`failed`: refused with an error;
-`partial`: skipped with a note, the next older version is tried). NCCL tables (comm/nccl/<version>,
-newest) go to every engine. Table -> kernel mapping, units and filters: aiconfigurator_tables.py
-and calibration/measurements/README.md.
+table is read, up to aiconfigurator's own pin (systems/query_versions.yaml `current`; newer folders
+are the next release's collection in progress); its collection_meta.yaml status must be `complete`
+(`failed`: refused with an error; `partial`: skipped with a note, the next older version is tried).
+The NCCL table (comm/nccl/<version>: the system YAML's misc.nccl_version, else the newest) goes to
+every engine. Table -> kernel mapping, units and filters: aiconfigurator_tables.py and
+calibration/measurements/README.md.
 
 Never opened: the `h100_sxm` system (this project's out-of-sample validation set), any
 `silicon_sample` file and any end-to-end (e2e) serving table.
@@ -17,6 +19,8 @@ Never opened: the `h100_sxm` system (this project's out-of-sample validation set
 Columns dropped (kept nowhere, or only inside `source` / `lib_versions` / `note`):
   framework, version    -> lib_versions ("<framework> <version>"); the folder version is in `source`
   op_name               -> kernel / mode / op (it names the table's kernel, nothing more)
+  attention head_dim != 128, GEMM n or k outside 64..16384: not written by default (size trim;
+                        --all-shapes writes them)
   beam_width            attention rows with beam_width > 1 are not written (moesim has no beam search)
   window_size           attention rows with a sliding window are not written (moesim prices full attention)
   attn_dtype            rows with FP8 attention compute are not written (moesim prices BF16 FMHA)
@@ -33,7 +37,6 @@ Columns dropped (kept nowhere, or only inside `source` / `lib_versions` / `note`
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import re
 from dataclasses import dataclass, field
@@ -107,13 +110,14 @@ def locate_systems(data_dir: Path | None = None) -> Path:
 
 
 def package_version(systems: Path) -> str:
-    """aiconfigurator-core's version: the dist-info beside the package, else the installed one."""
+    """aiconfigurator-core's version: the dist-info beside the package folder holding `systems`.
+
+    (A pip install puts aiconfigurator_core-<ver>.dist-info next to aiconfigurator_core/; an
+    unpacked copy without it, e.g. a test tree, says "unknown".)
+    """
     for d in sorted(Path(systems).resolve().parent.parent.glob("aiconfigurator_core-*.dist-info")):
         return d.name[len("aiconfigurator_core-") : -len(".dist-info")]
-    try:
-        return importlib.metadata.version("aiconfigurator-core")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return "unknown"
 
 
 def check_system(systems: Path, system: str) -> dict:
@@ -184,7 +188,7 @@ def table_files(sysdir: Path, engine: str, summary: ImportSummary, pin: str | No
     found: dict[str, list[Path]] = {}
     for family in sorted(p for p in sysdir.iterdir() if p.is_dir()):
         if family.name in SKIPPED_FAMILIES:
-            _note_once(summary, f"{family.name}/: skipped, {SKIPPED_FAMILIES[family.name]}")
+            _note_once(summary, f"{sysdir.name}/{family.name}/: skipped, {SKIPPED_FAMILIES[family.name]}")
             continue
         for vdir in sorted((family / engine).glob("*/")) if (family / engine).is_dir() else []:
             if pin and version_key(vdir.name) > version_key(pin):
@@ -208,6 +212,10 @@ def nccl_file(sysdir: Path, pinned: str | None) -> Path | None:
     return max(files, key=lambda f: version_key(f.parent.name)) if files else None
 
 
+def _where(f: Path) -> str:
+    return "/".join(f.parts[-5:])  # <system>/<family>/<engine>/<version>/<table>.parquet
+
+
 def _note_once(summary: ImportSummary, note: str) -> None:
     if note not in summary.notes:
         summary.notes.append(note)
@@ -223,10 +231,10 @@ def choose(files: list[Path], table: str, summary: ImportSummary) -> Path | None
             raise CalibrationError(f"{f}: collection status 'failed' in collection_meta.yaml; refusing to import it")
         if status == "partial":
             n = pq.ParquetFile(f).metadata.num_rows
-            _note_once(summary, f"{f.parent.name}/{f.name}: partial collection ({n} rows), skipped")
+            _note_once(summary, f"{_where(f)}: partial collection ({n} rows), skipped")
             continue
         if status not in ("complete", ""):
-            _note_once(summary, f"{f.parent.name}/{f.name}: collection status {status!r}, imported as complete")
+            _note_once(summary, f"{_where(f)}: collection status {status!r}, imported as complete")
         return f
     return None
 
@@ -257,13 +265,16 @@ def import_table(f: Path, ctx: T.Ctx, out: Path, summary: ImportSummary) -> None
     )
 
 
-def import_engine(systems: Path, system: str, engine: str, out_root: Path, summary: ImportSummary) -> None:
+def import_engine(
+    systems: Path, system: str, engine: str, out_root: Path, summary: ImportSummary, trim: bool = True
+) -> None:
     """Every mapped table of one engine (plus NCCL) -> <out_root>/<gpu>/<engine>/<table>.csv.gz."""
     spec = check_system(systems, system)
     sysdir = Path(systems) / "data" / system
     gpu = GPU_NAMES.get(system, system.removesuffix("_sxm"))
     base = dict(system=system, gpu=gpu, pkg=package_version(systems))
     base["gpus_per_node"] = int((spec.get("node") or {}).get("num_gpus_per_node") or 8)
+    base["trim"] = trim
     outdir = Path(out_root) / gpu / engine
     written = set()
     files = table_files(sysdir, engine, summary, current_version(systems, system, engine))
@@ -294,10 +305,13 @@ def import_aiconfigurator(
     engine: str = "all",
     data_dir: Path | None = None,
     out_dir: Path | None = None,
+    all_shapes: bool = False,
 ) -> ImportSummary:
     """Python entry point of `moesim calibrate import aiconfigurator` (system / engine may be 'all')."""
-    from moesim.specs.loader import data_root
+    from moesim.specs.loader import data_root  # lazy: keeps this module importable without the specs layer
 
+    if system in REFUSED:  # before looking for data: the refusal does not depend on what is installed
+        raise CalibrationError(f"--system {system}: refused; {REFUSED[system]}")
     systems = locate_systems(data_dir)
     out_root = Path(out_dir) if out_dir else data_root() / "calibration" / "measurements"
     if engine != "all" and engine not in ENGINES:
@@ -308,5 +322,5 @@ def import_aiconfigurator(
     for name in names:
         check_system(systems, name)
         for eng in engines:
-            import_engine(systems, name, eng, out_root, summary)
+            import_engine(systems, name, eng, out_root, summary, trim=not all_shapes)
     return summary

@@ -2,9 +2,9 @@
 
 Every mapper takes the table as a pandas frame and the import context and returns (rows frame in
 moesim.calibration.records.COLUMNS, {reason: rows not written}). Units: aiconfigurator `latency` is
-in milliseconds, DeepEP `*_us` columns in microseconds; `time_s` is seconds, rounded to 5 significant
-digits (0.001 % resolution, far below the run-to-run spread of a kernel timing; it keeps the shipped
-files small). The semantics of each column were read from the collectors in
+in milliseconds, DeepEP `*_us` columns in microseconds; `time_s` is seconds, rounded to 4 significant
+digits (0.1 % worst-case resolution, below the run-to-run spread of a kernel timing, which is a few
+%; it keeps the shipped files small). The semantics of each column were read from the collectors in
 ai-dynamo/aiconfigurator (collector/*) and the sdk of aiconfigurator-core; the module docstring of
 moesim.calibration.importers.aiconfigurator lists every column dropped and why.
 """
@@ -24,6 +24,10 @@ ELEM_BYTES = {"fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}  # nccl_dtype / allredu
 KEEP_DTYPES = ("fp8_block", "bf16")  # GEMM and MoE dtypes imported (size budget; see the README section)
 BALANCED = ("balanced", "uniform")  # MoE routing distributions kept; skewed ones are moesim.balance's job
 SKEWED = "skewed routing: expert skew is modelled by moesim.balance"
+# Size trims of the shipped files (Ctx.trim; `--all-shapes` turns them off): attention head_dim 128
+# (every MHA/GQA model in models/ uses it) and GEMM 64 <= n, k <= 16384 (larger ones sit on the
+# plateau; 32 is no layer's width).
+TRIM_HEAD_DIM, TRIM_GEMM_NK = 128, (64, 16384)
 NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
 NCCL_OPS["alltoall"] = "all_to_all"
 
@@ -40,11 +44,12 @@ class Ctx:
     pkg: str  # aiconfigurator-core version
     gpus_per_node: int
     date: str = ""
+    trim: bool = True  # the size trims above (off: every shape of the kept dtypes)
 
 
 def seconds(values, scale: float) -> np.ndarray:
-    """Times in seconds (values x scale), 5 significant digits."""
-    return np.array([float(f"{v * scale:.5g}") for v in np.asarray(values, dtype=float)])
+    """Times in seconds (values x scale), 4 significant digits."""
+    return np.array([float(f"{v * scale:.4g}") for v in np.asarray(values, dtype=float)])
 
 
 def dtypes(col) -> pd.Series:
@@ -90,6 +95,10 @@ def gemm(df, ctx):
     """gemm_perf: one GEMM (m x k) @ (k x n); fp8_block and bf16 only."""
     dropped: dict = {}
     d = keep(df, dtypes(df["gemm_dtype"]).isin(KEEP_DTYPES), "dtype not imported (per-tensor fp8, fp4, ...)", dropped)
+    if ctx.trim:
+        lo, hi = TRIM_GEMM_NK
+        ok = d["n"].between(lo, hi) & d["k"].between(lo, hi)
+        d = keep(d, ok, "n or k outside 64..16384 (size trim)", dropped)
     t = seconds(d["latency"], 1e-3)
     return rows(d, ctx, "gemm", m=d["m"], n=d["n"], k=d["k"], dtype=dtypes(d["gemm_dtype"]), time_s=t), dropped
 
@@ -133,6 +142,8 @@ def attention(df, ctx, phase: str):
     d = keep(df, df["attn_dtype"].astype(str) == "bfloat16", "FP8 attention compute (attn_dtype fp8)", dropped)
     d = keep(d, d["window_size"] == 0, "sliding-window attention (window_size > 0)", dropped)
     d = keep(d, d["beam_width"] == 1, "beam search (beam_width > 1)", dropped)
+    if ctx.trim:
+        d = keep(d, d["head_dim"] == TRIM_HEAD_DIM, "head_dim != 128 (size trim)", dropped)
     q_len = 1 if phase == "generation" else d["isl"]
     cols = dict(batch=d["batch_size"], q_len=q_len, heads=d["num_heads"], groups=d["num_key_value_heads"])
     cols.update(k=d["head_dim"], context=_context(d), dtype=dtypes(d["kv_cache_dtype"]))
