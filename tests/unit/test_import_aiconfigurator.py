@@ -186,10 +186,23 @@ def test_failed_status_is_refused(systems, tmp_path):
         A.import_aiconfigurator("h200_sxm", "sglang", systems, tmp_path / "meas")
 
 
-def test_h100_is_refused_and_all_skips_it(systems, tmp_path, monkeypatch):
+def test_h100_is_refused_and_all_skips_it(systems, tmp_path):
     with pytest.raises(CalibrationError, match="out-of-sample validation"):
         A.import_aiconfigurator("h100_sxm", "all", systems, tmp_path / "meas")
     assert "h100_sxm" not in A.available(systems)
+
+
+@needs_pyarrow
+def test_all_systems_skips_pre_hopper_and_never_opens_h100(systems, tmp_path, monkeypatch):
+    (systems / "a100_sxm.yaml").write_text(yaml.safe_dump({"gpu": {"sm_version": 80}}))
+    (systems / "data" / "a100_sxm").mkdir()
+    opened = []
+    real = pd.read_parquet
+    monkeypatch.setattr(pd, "read_parquet", lambda p, *a, **k: opened.append(str(p)) or real(p, *a, **k))
+    summary = A.import_aiconfigurator("all", "sglang", systems, tmp_path / "meas")
+    assert opened and not any("h100" in p for p in opened)
+    assert any(n.startswith("a100_sxm: skipped") and "SM 80" in n for n in summary.notes)
+    assert sorted(p.name for p in (tmp_path / "meas").iterdir()) == ["h200"]
 
 
 def test_cli_error_without_data(monkeypatch, capsys):

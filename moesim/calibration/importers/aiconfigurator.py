@@ -320,7 +320,13 @@ def import_aiconfigurator(
     names = available(systems) if system == "all" else [system]
     summary = ImportSummary()
     for name in names:
-        check_system(systems, name)
+        try:
+            check_system(systems, name)
+        except CalibrationError as e:
+            if system != "all":
+                raise
+            summary.notes.append(f"{name}: skipped ({e})")  # e.g. an Ampere system under --system all
+            continue
         for eng in engines:
             import_engine(systems, name, eng, out_root, summary, trim=not all_shapes)
     return summary
