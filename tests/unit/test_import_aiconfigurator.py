@@ -229,3 +229,9 @@ def test_csv_gz_roundtrip_and_old_csv_without_tp(tmp_path):
     old.write_text(",".join(old_cols) + "\n" + ",".join("gemm" if c == "kernel" else "" for c in old_cols) + "\n")
     (r,) = read_csv_rows(old)
     assert r["kernel"] == "gemm" and r["tp"] == ""
+
+
+def test_version_order():
+    vs = ["1.3.0", "0.5.14", "1.3.0rc23", "0.5.6.post2", "0.5.9", "1.3.0rc10", "0.1.dev19262", "0.5.6"]
+    assert sorted(vs, key=A.version_key) == [
+        "0.1.dev19262", "0.5.6", "0.5.6.post2", "0.5.9", "0.5.14", "1.3.0rc10", "1.3.0rc23", "1.3.0"]  # fmt: skip

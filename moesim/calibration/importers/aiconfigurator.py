@@ -141,13 +141,18 @@ def available(systems: Path) -> list[str]:
 
 
 def version_key(v: str) -> tuple:
-    """Order engine versions: packaging.version where it parses, else the numbers in the name."""
-    from packaging.version import InvalidVersion, Version  # lazy: only an import orders versions
-
-    try:
-        return (1, Version(v), ())
-    except InvalidVersion:
-        return (0, Version("0"), tuple(int(x) for x in re.findall(r"\d+", v)))
+    """Order engine versions PEP 440-style without `packaging`: release numbers (padded), then
+    dev < rc/a/b < final < post ("1.3.0rc20" < "1.3.0", "0.5.6" < "0.5.6.post2" < "0.5.9")."""
+    m = re.match(r"v?(\d+(?:\.\d+)*)(.*)$", str(v).strip())
+    if not m:
+        return ((-1,), (0, 0))
+    release = tuple(int(x) for x in m.group(1).split("."))
+    release = release + (0,) * max(0, 4 - len(release))
+    tail = m.group(2).lower()
+    rank = {"dev": -3, "a": -2, "alpha": -2, "b": -1, "beta": -1, "rc": -1, "post": 1}
+    kind = re.match(r"[.\-_]?(dev|alpha|beta|a|b|rc|post)(\d*)", tail)
+    suffix = (rank[kind.group(1)], int(kind.group(2) or 0)) if kind else (0, 0)
+    return (release, suffix)
 
 
 def table_status(version_dir: Path, table: str) -> str:
