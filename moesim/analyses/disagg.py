@@ -126,29 +126,16 @@ def disagg(
     achievable = cost_mode != "roofline"
     link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
     engine = Engine.parse(engine, "engine").value
-    common = dict(
-        cost_mode=cost_mode,
-        engine=engine,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        set=set,
-        progress=progress,
-    )
+    common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
+                  progress=progress)  # fmt: skip
     notes = []
     kv = _kv_figures(m, isl, link_Bps)
     kv_req_s = kv["transfer_s_per_request"]
     pre = _prefill_pool(m, hp, prefill_axes, isl, max_ttft_s, kv_req_s, achievable, common, notes)
     dec = _decode_pool(m, hd, decode_axes, isl, osl, max_tpot_s, achievable, common, notes)
-    workload = {
-        "isl": isl,
-        "osl": osl,
-        "max_ttft_s": max_ttft_s,
-        "max_tpot_s": max_tpot_s,
-        "prefill_hardware": hp.name,
-        "decode_hardware": hd.name,
-        "cost_mode": cost_mode,
-        "engine": engine,
-    }
+    workload = {"isl": isl, "osl": osl, "max_ttft_s": max_ttft_s, "max_tpot_s": max_tpot_s,
+                "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": cost_mode,
+                "engine": engine}  # fmt: skip
     prow, drow = _best_row(pre), _best_row(dec)
     if prow is None:
         notes.append(

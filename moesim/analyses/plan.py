@@ -43,7 +43,7 @@ from moesim.analyses.capacity import (
     specs_of,
 )
 from moesim.engine.pricing import load_profile_for, profile_info
-from moesim.enums import CostMode, Engine
+from moesim.enums import CostMode
 from moesim.errors import ConfigError
 from moesim.metrics.economics import day_economics
 from moesim.specs.traffic import Traffic, load_traffic, traffic_from_dict
@@ -221,18 +221,11 @@ def plan(
     picks the calibration profile (sglang, trtllm, vllm)."""
     t = _as_traffic(traffic)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
-    engine = Engine.parse(engine, "engine").value
     m, h = specs_of(model, hardware, set)
     notes: list = []
     pricing = profile_info(load_profile_for(h, cost_mode, profile, engine=engine)[0], engine)
-    run = dict(
-        cost_mode=cost_mode,
-        engine=engine,
-        expert_skew=expert_skew,
-        context_dist=context_dist,
-        profile=profile,
-        notes=notes,
-    )
+    run = dict(cost_mode=cost_mode, engine=pricing["engine"], expert_skew=expert_skew, context_dist=context_dist,
+               profile=profile, notes=notes)  # fmt: skip
     dec = decode_capacity(
         m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )
