@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import gzip
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -183,7 +184,8 @@ def _file_info(p: Path) -> dict:
         rel = str(Path(p).resolve().relative_to(data_root().resolve()))
     except ValueError:
         rel = str(p)
-    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest()[:16], "rows": max(data.count(b"\n") - 1, 0)}
+    text = gzip.decompress(data) if str(p).endswith(".gz") else data  # .csv.gz rows (calibration.records)
+    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest()[:16], "rows": max(text.count(b"\n") - 1, 0)}
 
 
 def read_profile_dict(path: Path) -> dict:
