@@ -225,3 +225,24 @@ def test_rebuild_engines_fits_then_derives(tmp_path):
     sib = read_profile_file(prof / "h800.sglang.yaml")
     assert sib["engine"] == "sglang" and sib["kernels"]["gemm"]["status"] == "derived"
     assert sib["kernels"]["gemm"]["params"] == fitted["kernels"]["gemm"]["params"]
+
+
+def test_validate_takes_an_engine():
+    from moesim.analyses.validate.cases import validate
+
+    checks = validate(ids={"pplx-combine-ep128-256-tokens"}, engine="trtllm")
+    assert checks and all(c.metric != "error" for c in checks)
+    with pytest.raises(Exception, match="engine"):
+        validate(ids={"pplx-combine-ep128-256-tokens"}, engine="tgi")
+
+
+@pytest.mark.slow  # fits the published H800 GEMM rows (seconds)
+def test_cli_fit_engine_profile_inherits_from_the_gpu_generic_one(tmp_path):
+    out = tmp_path / "h200.trtllm.yaml"
+    gemm = data_root() / "calibration" / "measurements" / "h800" / "gemm.csv"  # synthetic stand-in rows
+    p = run_cli("calibrate", "fit", gemm, "--gpu", "h200", "--engine", "trtllm", "--parent", "h200", "--out", out)
+    assert p.returncode == 0, p.stderr
+    prof = read_profile_file(out)
+    assert prof["engine"] == "trtllm" and prof["kernels"]["gemm"]["status"] == "fitted"
+    e = prof["kernels"]["mla_decode"]
+    assert e["status"] == "inherited" and e["inherited_from"] == "h800" and e["via"] == "h200"
