@@ -14,7 +14,7 @@ import yaml
 import moesim
 from moesim.calibration.fit.derive import derive_profile
 from moesim.cli.app import app
-from moesim.errors import CalibrationError
+from moesim.errors import CalibrationError, MoesimError
 from moesim.perf.profile import Profile, load_profile, read_profile_file
 from moesim.perf.profile import reader as R
 from moesim.perf.profile.reader import profile_path_for
@@ -246,3 +246,17 @@ def test_cli_fit_engine_profile_inherits_from_the_gpu_generic_one(tmp_path):
     assert prof["engine"] == "trtllm" and prof["kernels"]["gemm"]["status"] == "fitted"
     e = prof["kernels"]["mla_decode"]
     assert e["status"] == "inherited" and e["inherited_from"] == "h800" and e["via"] == "h200"
+
+
+def test_rebuild_engines_records_a_broken_table_and_goes_on(tmp_path):
+    from moesim.calibration.importers import shipped
+
+    bad = tmp_path / "calibration" / "measurements" / "h200" / "vllm"
+    bad.mkdir(parents=True)
+    (bad / "gemm.csv").write_text("kernel,time_s\ngemm,not-a-number\n")
+    (tmp_path / "calibration" / "profiles").mkdir(parents=True)
+    with pytest.raises(MoesimError):
+        shipped.rebuild_engines(tmp_path, echo=lambda _: None)
+    failed: list = []
+    assert shipped.rebuild_engines(tmp_path, echo=lambda _: None, failures=failed) == {}
+    assert len(failed) == 1 and failed[0].startswith("h200.vllm:")

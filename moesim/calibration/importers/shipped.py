@@ -20,12 +20,14 @@ calibration/profiles/h200.<engine>.yaml -> h100_sxm.<engine>.yaml, h800.<engine>
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from moesim.calibration import fit as F
 from moesim.calibration.fit.derive import derive
 from moesim.calibration.importers.published import extract
 from moesim.enums import Engine
+from moesim.errors import MoesimError
 from moesim.specs.loader import data_root
 
 ENGINE_GPUS = ("h200", "b200", "gb200_nvl72")  # GPUs with imported measured tables (issue 14)
@@ -89,9 +91,10 @@ def engine_note(gpu: str, engine: str) -> str:
     )
 
 
-def rebuild_engines(root: Path | None = None, echo=print) -> dict[str, dict]:
+def rebuild_engines(root: Path | None = None, echo=print, failures: list | None = None) -> dict[str, dict]:
     """<gpu>.<engine>.yaml for every GPU / engine with measurement rows, then the derived siblings
-    (a GPU or engine without rows is skipped and says so)."""
+    (a GPU or engine without rows is skipped and says so). A fit the rows break raises, or, with a
+    `failures` list, is recorded there ("<gpu>.<engine>: <error>") and the others go on."""
     root = Path(root) if root else data_root()
     meas, prof = root / "calibration" / "measurements", root / "calibration" / "profiles"
     out = {}
@@ -101,18 +104,31 @@ def rebuild_engines(root: Path | None = None, echo=print) -> dict[str, dict]:
             if not rows:
                 echo(f"skip {gpu}.{engine.value}: no rows in {meas / gpu / engine.value}")
                 continue
-            generic = prof / f"{gpu}.yaml"
-            out[f"{gpu}.{engine.value}"] = F.fit(
-                rows + _csvs(meas / gpu),
-                gpu=gpu,
-                out=prof / f"{gpu}.{engine.value}.yaml",
-                inherit=[generic] if generic.exists() else [],
-                device_note=engine_note(gpu, engine.value),
-                engine=engine.value,
-            )
-            for sib in DERIVED.get(gpu, ()):
-                target = prof / f"{sib}.{engine.value}.yaml"
-                out[f"{sib}.{engine.value}"] = derive(prof / f"{gpu}.{engine.value}.yaml", sib, out=target)
+            try:
+                out.update(_engine_profiles(gpu, engine.value, rows + _csvs(meas / gpu), prof))
+            except MoesimError as e:
+                if failures is None:
+                    raise
+                failures.append(f"{gpu}.{engine.value}: {e}")
+                echo(f"FAILED {failures[-1]}")
+    return out
+
+
+def _engine_profiles(gpu: str, engine: str, rows: list[Path], prof: Path) -> dict[str, dict]:
+    """Fit one GPU's engine profile (inheriting from its generic one), then derive its siblings."""
+    generic, target = prof / f"{gpu}.yaml", prof / f"{gpu}.{engine}.yaml"
+    out = {
+        f"{gpu}.{engine}": F.fit(
+            rows,
+            gpu=gpu,
+            out=target,
+            inherit=[generic] if generic.exists() else [],
+            device_note=engine_note(gpu, engine),
+            engine=engine,
+        )
+    }
+    for sib in DERIVED.get(gpu, ()):
+        out[f"{sib}.{engine}"] = derive(target, sib, out=prof / f"{sib}.{engine}.yaml")
     return out
 
 
@@ -129,5 +145,8 @@ if __name__ == "__main__":  # pragma: no cover - maintenance entry point
     ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     for gpu, p in rebuild(ref).items():
         _print_cv(gpu, p)
-    for name, p in rebuild_engines().items():
+    t0, failed = time.perf_counter(), []
+    for name, p in rebuild_engines(failures=failed).items():
         _print_cv(name, p)
+    print(f"engine profiles in {time.perf_counter() - t0:.1f} s" + (f"; {len(failed)} FAILED" if failed else ""))
+    sys.exit(1 if failed else 0)
