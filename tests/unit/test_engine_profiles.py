@@ -260,3 +260,12 @@ def test_rebuild_engines_records_a_broken_table_and_goes_on(tmp_path):
     failed: list = []
     assert shipped.rebuild_engines(tmp_path, echo=lambda _: None, failures=failed) == {}
     assert len(failed) == 1 and failed[0].startswith("h200.vllm:")
+
+
+def test_derive_leaves_entries_that_name_their_measuring_links_alone(h200_source):
+    data = json.loads(json.dumps(h200_source))
+    e = data["comm"]["pplx"]["dispatch"]
+    e["nominal"] = {"rdma_GBps": 50, "nvlink_GBps": 450}  # the reader rescales from these
+    d = derive_profile(data, load_hardware("h200"), load_hardware("h800"))
+    assert d["comm"]["pplx"]["dispatch"]["params"] == e["params"]
+    assert d["comm"]["pplx"]["combine"]["params"] != data["comm"]["pplx"]["combine"]["params"]  # knots rescaled

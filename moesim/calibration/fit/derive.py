@@ -97,9 +97,13 @@ def derive_profile(source: dict, source_hw, target_hw, force: bool = False) -> d
     for mode, ops in (source.get("comm") or {}).items():
         for op, e in ops.items():
             d = comm.setdefault(mode, {})[op] = derive_entry(e, src, tgt, note)
-            if isinstance(d.get("params"), dict):
+            if isinstance(d.get("nominal"), dict):  # the entry names its measuring links: the reader rescales
+                pass
+            elif d.get("model", S.ALPHA_BETA) == S.ALPHA_BETA:  # absolute fitted GB/s -> fractions of nominal
                 _relative_bandwidths(d["params"], src_nom)
+            elif d.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots: the target's nominal links
                 _scale_knots(d["params"], src_nom, tgt_nom)
+            # other comm models (e.g. deepep_v2) read their bandwidths against the live spec already
     collectives = {op: derive_entry(e, src, tgt, note) for op, e in (source.get("collectives") or {}).items()}
     out = {k: copy.deepcopy(v) for k, v in source.items() if k not in ("kernels", "comm", "collectives")}
     out.update(
