@@ -83,6 +83,9 @@ def systems(tmp_path):
     bad = data / "gemm/sglang/0.5.14"
     (bad / "silicon_sample.csv").write_text("never,read\n")
     (bad / "e2e_perf.parquet").write_bytes(b"not a parquet file: opening it would fail")
+    e2e = data / "e2e/sglang/0.5.14"
+    e2e.mkdir(parents=True)
+    (e2e / "serving_perf.parquet").write_bytes(b"an end-to-end table: never opened")
     h100 = root / "data" / "h100_sxm" / "gemm/sglang/0.5.14"
     h100.mkdir(parents=True)
     (h100 / "gemm_perf.parquet").write_bytes(b"h100 is the validation set: never opened")

@@ -202,7 +202,7 @@ def table_files(sysdir: Path, engine: str, summary: ImportSummary, pin: str | No
                 )
                 continue
             for f in sorted(vdir.glob("*.parquet")):
-                if NEVER_OPEN.search(f.name):
+                if NEVER_OPEN.search(str(f.relative_to(sysdir))):
                     continue  # end-to-end / silicon sample tables: this project's validation, never opened
                 found.setdefault(f.stem, []).append(f)
     return {t: sorted(fs, key=lambda f: version_key(f.parent.name), reverse=True) for t, fs in found.items()}
