@@ -29,7 +29,7 @@ from moesim.perf.collectives import by_ep_params
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
-from moesim.perf.profile.work import kernel_work, peak_flops
+from moesim.perf.profile.work import kernel_work, model_time, peak_flops
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
 
@@ -107,6 +107,22 @@ def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
     return Profile(data, hardware=hardware, path=path)
 
 
+def _base_dtype(d) -> str:
+    d = str(d or "").lower()
+    return {"fp8_block": "fp8", "bfloat16": "bf16"}.get(d, d)
+
+
+def pick_variant(e: dict, dtype: str, layout=None) -> dict:
+    """The entry's variant (waves_v1 / stream_v1 fits per layout, dtype, backend) for a priced dtype
+    and layout: the first listed (preferred) one whose dtype matches (fp8 = fp8_block) and, where
+    the shape names one scalar layout, whose layout matches; the entry itself when none does."""
+    lay = layout if isinstance(layout, str) else None
+    for v in e.get("variants") or []:
+        if _base_dtype(v.get("dtype")) == _base_dtype(dtype) and (lay is None or v.get("layout") in (None, lay)):
+            return v
+    return e
+
+
 class Profile:
     """A loaded calibration profile bound to a hardware spec (or to the peaks it records)."""
 
@@ -141,9 +157,13 @@ class Profile:
         return f"Profile(gpu={self.gpu!r}, kernels={sorted(self.kernels)}, comm={sorted(self.comm)})"
 
     # ------------------------------------------------------------------ kernels
-    def _work(self, family: str, e: dict, shape: dict):
+    @staticmethod
+    def _dtype(family: str, e: dict, shape: dict) -> str:
         dtype = shape.get("dtype") or e.get("dtype") or S.DEFAULT_DTYPE[family]
-        dtype = str(getattr(dtype, "value", dtype)).lower()
+        return str(getattr(dtype, "value", dtype)).lower()
+
+    def _work(self, family: str, e: dict, shape: dict):
+        dtype = self._dtype(family, e, shape)
         return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
 
     def _overlap_time(self, p: dict, F, b_in, b_out, x, peak):
@@ -181,8 +201,10 @@ class Profile:
             out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
             return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
-        # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
-        t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
+        if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
+            t_model = self._model_time(family, e, shape, peak)
+        else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
+            t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
 
@@ -197,7 +219,15 @@ class Profile:
         F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
         if e["model"] == S.PEAK:
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
+        if e["model"] in (S.WAVES, S.STREAM):
+            return self._model_time(family, e, shape, peak)
         return self._overlap_time(p, F, b_in, b_out, x, peak)
+
+    def _model_time(self, family: str, e: dict, shape: dict, peak):
+        """waves_v1 / stream_v1 model time of an entry (moesim.perf.profile.work.model_time)."""
+        dtype = self._dtype(family, e, shape)
+        v = pick_variant(e, dtype, shape.get("layout"))
+        return model_time(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
 
     def measured_time(self, family: str, **shape):
         """Raw measured kernel times (s), log-log interpolated along m (GEMMs) or context (MLA) where

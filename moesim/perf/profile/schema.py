@@ -24,7 +24,17 @@ import numpy as np
 from moesim.errors import CalibrationError, check_number
 
 SCHEMA_VERSION = 1
-KERNEL_FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
+KERNEL_FAMILIES = (
+    "gemm",
+    "grouped_gemm",
+    "bmm",
+    "mla_decode",
+    "mla_prefill",
+    "attention",
+    "elementwise",
+    "moe",
+    "quant",
+)
 COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
 COMM_OPS = ("dispatch", "combine")
 COLLECTIVE_OPS = ("all_reduce", "all_gather")
@@ -39,10 +49,12 @@ MODE_ALIASES = {
 # entry models
 OVERLAP = "overlap_v1"  # moesim.perf.efficiency.overlap_time
 PEAK = "peak"  # constant (eta_c, eta_m)
+WAVES = "waves_v1"  # tile / wave quantized GEMM-like kernels, moesim.perf.efficiency.waves_time
+STREAM = "stream_v1"  # streaming kernels (activation quant): alpha + bytes / (W eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
-KERNEL_MODELS = (OVERLAP, PEAK)
+KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
 DEFAULT_DTYPE = {
@@ -53,6 +65,8 @@ DEFAULT_DTYPE = {
     "mla_prefill": "bf16",
     "attention": "bf16",
     "elementwise": "bf16",
+    "moe": "fp8",
+    "quant": "fp8",
 }
 REGENERATE = "regenerate it with `moesim calibrate fit`"
 
@@ -83,6 +97,14 @@ PARAMS = {
         "q": Num(1.0, optional=True, inf_ok=True),
     },
     PEAK: {"eta_c": ETA, "eta_m": ETA},
+    WAVES: {
+        "eta_c": ETA,
+        "eta_m": ETA,
+        "alpha_us": US,
+        "kb_ns": Num(0.0, 1e6),  # k-block pipeline latency floor per CTA
+        "sm_GBps": Num(0.0, 1e6, lo_open=True),  # one SM's load bandwidth
+    },
+    STREAM: {"alpha_us": US, "eta_m": ETA},
     ALPHA_BETA: {
         "alpha_us": US,
         "alpha_intra_us": US._replace(optional=True),
@@ -243,6 +265,13 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
     if not isinstance(e, dict) or e.get("model") not in KERNEL_MODELS or not isinstance(e.get("params"), dict):
         c.fail(f"kernels.{fam}: needs `model` ({' or '.join(KERNEL_MODELS)}) and `params`")
     c.fields(f"kernels.{fam}.params", e["params"], PARAMS[e["model"]])
+    variants = e.get("variants") or []
+    if not isinstance(variants, list):
+        c.fail(f"kernels.{fam}.variants: must be a list of {{dtype, params, ...}}")
+    for i, v in enumerate(variants):  # one fit per (layout, dtype, backend); same model as the entry
+        if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
+            c.fail(f"kernels.{fam}.variants[{i}]: needs `params`")
+        c.fields(f"kernels.{fam}.variants[{i}].params", v["params"], PARAMS[e["model"]])
     meas = e.get("measurements")
     if meas is None:
         return
