@@ -10,11 +10,9 @@ import numpy as np
 from moesim.perf import efficiency as E
 from moesim.perf.profile.schema import STREAM
 from moesim.workload.ffn import expected_active_slots
+from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
 GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
-# FP8 activation quant (per-token-group 1 x 128, DeepSeek-V3 report sec. 3.3; sglang
-# per_token_group_quant_fp8): reads BF16, writes FP8 + one fp32 scale per 128 elements
-QUANT_BYTES_PER_ELEM = 2.0 + 1.0 + 4.0 / 128.0
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
 
