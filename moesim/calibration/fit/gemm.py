@@ -22,7 +22,7 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work, parts_time, waves_parts
 
-FIT_ROWS = 3000  # rows a least-squares fit trains on (fixed random subset of the training rows)
+FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
 MIN_ROWS = 12
 CV_FOLDS = 10
@@ -87,26 +87,29 @@ class WavesData:
         parts = [tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6]) + (part[6],) for part in self.parts]
         return parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
 
-    def fit(self, idx):
+    def fit(self, idx, x0=None):
+        """Least squares on log time over (a subset of) rows idx; from x0 alone when given (the
+        cross-validation folds start from the all-rows fit: same optimum basin, a few iterations)."""
         idx = _subset(idx)
 
         def res(p):
             return np.log(self.predict(p, idx) / self.t[idx])
 
-        starts = [list(s) for s in WAVES_STARTS]
-        for s in starts:
+        starts = [list(s) for s in WAVES_STARTS] if x0 is None else [x0]
+        for s in starts if x0 is None else []:
             s[2] = min(s[2], float(np.min(self.t[idx])) * 1e6 * 0.8)
         return lsq(res, starts, WAVES_LO, WAVES_HI)
 
 
-def cross_validate_shapes(data, ids: np.ndarray, folds: int | None = None):
+def cross_validate_shapes(data, ids: np.ndarray, folds: int | None = None, x0=None):
+    """Held-out relative errors per row, whole shapes held out per fold (shape_folds)."""
     errs = np.full(len(data.t), np.nan)
     parts = shape_folds(ids, folds or CV_FOLDS)
     for test in parts:
         train = np.setdiff1d(np.arange(len(data.t)), test)
         if len(train) == 0 or len(test) == 0:
             continue
-        p = data.fit(train)
+        p = data.fit(train, x0)
         errs[test] = data.predict(p, test) / data.t[test] - 1.0
     return errs, len(parts)
 
@@ -155,8 +158,8 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype."""
     data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
     ids = shape_ids(data.d, family)
-    errs, k = cross_validate_shapes(data, ids, folds)
     p = data.fit(np.arange(len(data.t)))
+    errs, k = cross_validate_shapes(data, ids, folds, x0=list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
     cv = cv_block(errs, k, data.d[SIZE_KEY[family]].values.astype(float))
     cv["grouped_by"] = "shape (" + ", ".join(SHAPE_KEYS[family]) + ")"
@@ -175,7 +178,7 @@ class StreamData:
     def predict(self, p, idx):
         return p[0] * 1e-6 + self.nbytes[idx] / (self.bw * p[1])
 
-    def fit(self, idx):
+    def fit(self, idx, x0=None):
         idx = _subset(idx)
         return lsq(
             lambda p: np.log(self.predict(p, idx) / self.t[idx]), [[2.0, 0.7], [10.0, 0.3]], [0.0, 0.005], [1e4, 1.0]
