@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from moesim.calibration.fit.cv import cv_summary, lsq
-from moesim.calibration.fit.data import id_span, sources_text
+from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
@@ -138,7 +138,7 @@ def _entry(data, gpu: str, backend: str, model: str, params: dict, cv: dict) -> 
         "params": params,
         "rows": len(d),
         "cv": cv,
-        "source": f"{len(d)} rows ({id_span(d)}): " + sources_text(d),
+        "source": f"{len(d)} rows: " + sources_text(d),
     }
     if len(d) <= TABLE_ROWS:
         cols = MOE_COLS if data.family == "moe" else ["m", "n", "k"]
