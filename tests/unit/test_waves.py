@@ -169,3 +169,51 @@ def test_profile_prices_waves_entries_and_picks_variants():
     assert float(tb) > float(t) + 3e-6
     ec, em = prof.kernel_efficiency("gemm", m=np.array([1.0, 4096.0]), n=7168.0, k=7168.0)
     assert np.all((ec > 0) & (ec <= 1)) and np.allclose(ec, em)
+
+
+def test_table_families_variants_and_derived_grouped_gemm():
+    tok = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0, 1024.0, 4096.0])
+    frames = []
+    for ep in (4.0, 8.0, 16.0, 32.0):
+        shape = dict(tokens=tok, hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, ep=ep, routing="balanced")
+        t = model_time(S.WAVES, "moe", "fp8", SMS, PEAK, BW, {**P, "alpha_us": 20.0}, shape)
+        cols = {k: v for k, v in shape.items() if k != "routing"}
+        frames.append(_rows("moe", len(tok), **cols, tp=1.0, time_s=t, dtype="fp8_block", layout="masked"))
+    m = np.repeat([1.0, 64.0, 4096.0], 5)
+    k = np.tile([1024.0, 2048.0, 4096.0, 7168.0, 16384.0], 3)
+    q = 2e-6 + m * k * QUANT_BYTES_PER_ELEM / (BW * 0.8)
+    frames.append(_rows("quant", len(m), m=m, k=k, time_s=q, dtype="fp8"))
+    df = pd.concat(frames, ignore_index=True)
+    notes: list = []
+    out = G.fit_table_families(df, _peaks(), "test", None, notes)
+    assert set(out) == {"moe", "quant", "grouped_gemm"}
+    moe = out["moe"]
+    assert moe["layout"] == "masked" and moe["variants"][0]["layout"] == "masked"
+    assert moe["params"]["alpha_us"] == pytest.approx(20.0, rel=0.05)
+    assert moe["cv"]["median_abs_pct"] < 2.0
+    g = out["grouped_gemm"]
+    assert g["status"] == "derived" and g["params"]["alpha_us"] == pytest.approx(
+        moe["params"]["alpha_us"] / 2, rel=1e-3
+    )
+    S.validate({"gpu": "test", "kernels": out}, "test")
+
+
+def test_cost_model_prices_the_quant_pass_with_the_quant_family():
+    from moesim.perf.cost import CostModel
+    from moesim.specs.loader import load_hardware, load_model
+    from moesim.workload.ops import quant_pass
+
+    hw, model = load_hardware("h200"), load_model("deepseek-v3")
+    entry = {
+        "status": "fitted",
+        "gpu": "h200",
+        "model": S.STREAM,
+        "dtype": "fp8",
+        "params": {"alpha_us": 3.0, "eta_m": 0.5},
+    }
+    data = S.fill_sections({"schema_version": S.SCHEMA_VERSION, "gpu": "h200", "kernels": {"quant": entry}})
+    prof = Profile(data, hardware=hw)
+    op = quant_pass("q", np.array([4096.0]), 7168.0, a_bytes=1.0, block=128, stage=3)
+    c = CostModel(hw, model, "calibrated", prof).cost(op)
+    want = 3e-6 + 4096 * 7168 * QUANT_BYTES_PER_ELEM / (hw.hbm_bw_Bps * 0.5) + prof.launch_s
+    assert float(c.time_s[0]) == pytest.approx(want, rel=1e-6)
