@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -101,19 +102,6 @@ class WavesData:
         return lsq(res, starts, WAVES_LO, WAVES_HI)
 
 
-def cross_validate_shapes(data, ids: np.ndarray, folds: int | None = None, x0=None):
-    """Held-out relative errors per row, whole shapes held out per fold (shape_folds)."""
-    errs = np.full(len(data.t), np.nan)
-    parts = shape_folds(ids, folds or CV_FOLDS)
-    for test in parts:
-        train = np.setdiff1d(np.arange(len(data.t)), test)
-        if len(train) == 0 or len(test) == 0:
-            continue
-        p = data.fit(train, x0)
-        errs[test] = data.predict(p, test) / data.t[test] - 1.0
-    return errs, len(parts)
-
-
 def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:
     """cv_summary + p90 and the decode-sized subset (size <= 64), by shape-grouped folds."""
     out = cv_summary(errs, folds)
@@ -154,16 +142,36 @@ def _entry(data, gpu: str, backend: str, model: str, params: dict, cv: dict) -> 
     return e
 
 
+def _cv_with_residual(family: str, data, ids, folds, p, x0) -> dict:
+    """The cv block (grouped folds, physics x measured residual; `physics` alone and leave-one-
+    shape-out beside it, moesim.calibration.fit.residual) and the residual block's arrays."""
+    parts = shape_folds(ids, folds or CV_FOLDS)
+    pts = R.log_points(data.d, R.AXES[family])
+    errs = R.residual_cv(data, pts, parts, R.fold_params(data, parts, x0))
+    size = data.d[SIZE_KEY[family]].values.astype(float)
+    cv = cv_block(errs["grouped"], len(parts), size)
+    cv["grouped_by"] = "shape (" + ", ".join(SHAPE_KEYS[family]) + ")"
+    cv["physics"] = R.err_stats(errs["physics"], size, DECODE_MAX)
+    cv["leave_one_shape_out"] = R.err_stats(errs["loso"], size, DECODE_MAX)
+    cv["corrected_by"] = "measured residual (moesim.perf.profile.residual)"
+    return cv, pts
+
+
+def _key(family: str, e: dict, layout: str = "") -> str:
+    return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}"
+
+
 def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
-    """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype."""
+    """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype, with its measured
+    residual block (the layout is added to the key by fit_variants)."""
     data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
     ids = shape_ids(data.d, family)
     p = data.fit(np.arange(len(data.t)))
-    errs, k = cross_validate_shapes(data, ids, folds, x0=list(p))
+    cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
-    cv = cv_block(errs, k, data.d[SIZE_KEY[family]].values.astype(float))
-    cv["grouped_by"] = "shape (" + ", ".join(SHAPE_KEYS[family]) + ")"
-    return _entry(data, gpu, backend, S.WAVES, params, cv)
+    e = _entry(data, gpu, backend, S.WAVES, params, cv)
+    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p))
+    return e
 
 
 class StreamData:
@@ -187,12 +195,11 @@ class StreamData:
 
 def fit_stream(d: pd.DataFrame, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
     data = StreamData(d.reset_index(drop=True), peaks)
-    errs, k = cross_validate_shapes(data, shape_ids(data.d, "quant"), folds)
     p = data.fit(np.arange(len(data.t)))
-    cv = cv_block(errs, k, data.d.m.values.astype(float))
-    cv["grouped_by"] = "shape (k)"
+    cv, pts = _cv_with_residual("quant", data, shape_ids(data.d, "quant"), folds, p, None)
     e = _entry(data, gpu, backend, S.STREAM, {"alpha_us": _r(p[0], 5), "eta_m": _r(p[1], 5)}, cv)
     e["note"] = "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements"
+    R.attach(e, _key("quant", e), R.AXES["quant"], *R.residual_arrays(data, pts, p))
     return e
 
 
@@ -207,7 +214,7 @@ def _rank(values, preference) -> int:
 
 
 def _variant(e: dict, **keys) -> dict:
-    return {**keys, **{k: e[k] for k in ("dtype", "backend", "params", "rows", "cv")}}
+    return {**keys, **{k: e[k] for k in ("dtype", "backend", "params", "rows", "cv", "residual") if k in e}}
 
 
 def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
@@ -227,6 +234,7 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
         )
         if layout:
             e["layout"] = layout
+            e["residual"]["key"] = _key(family, e, layout)
         rank = (_rank([layout], LAYOUT_PREFERENCE), _rank([dtype], DTYPE_PREFERENCE), -len(g))
         fits.append((rank, layout, e))
     if not fits:

@@ -7,6 +7,10 @@
 Everything is vectorized over numpy arrays that broadcast (grids of millions of configurations);
 no Python loop runs over configurations. The profile is plain YAML read with yaml.safe_load.
 
+Entries fitted on big measured tables carry a `residual` block: the model time is multiplied by
+R(shape) (moesim.perf.profile.residual; measurement / physics at the measured shapes, 1 far from
+them), read lazily once from the side-car .residuals.npz next to the profile.
+
 Efficiency (moesim/perf/efficiency.py): for fitted kernels eta = T_roofline / T_model of the kernel's
 own work (GEMM: F = 2*g*m*n*k, B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode:
 F = 2*b*s*h*ctx*(576+512), B = KV cache + queries + outputs) and ec = em = eta, so the cost model's
@@ -27,6 +31,7 @@ from moesim.errors import CalibrationError
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import by_ep_params
 from moesim.perf.profile import measured as M
+from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.work import kernel_work, model_time, peak_flops
@@ -205,6 +210,7 @@ class Profile:
             t_model = self._model_time(family, e, shape, peak)
         else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
             t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
+        t_model = t_model * self.residual_factor(family, e, shape)
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
 
@@ -220,8 +226,20 @@ class Profile:
         if e["model"] == S.PEAK:
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
         if e["model"] in (S.WAVES, S.STREAM):
-            return self._model_time(family, e, shape, peak)
-        return self._overlap_time(p, F, b_in, b_out, x, peak)
+            t = self._model_time(family, e, shape, peak)
+        else:
+            t = self._overlap_time(p, F, b_in, b_out, x, peak)
+        return t * self.residual_factor(family, e, shape)
+
+    def residual_factor(self, family: str, e: dict, shape: dict):
+        """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
+        measurement / physics ratio interpolated at the measured shapes, 1 far outside them; 1 where
+        the variant has none. A shape property: peaks and bandwidths do not enter it."""
+        v = pick_variant(e, self._dtype(family, e, shape), shape.get("layout"))
+        block = v.get("residual")
+        if not block:
+            return 1.0
+        return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
     def _model_time(self, family: str, e: dict, shape: dict, peak):
         """waves_v1 / stream_v1 model time of an entry (moesim.perf.profile.work.model_time)."""

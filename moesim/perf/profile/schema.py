@@ -7,7 +7,9 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
     roofline:    peaks the efficiencies are relative to (ROOFLINE_FIELDS; used without a hardware spec)
     launch:      {us, status: measured | hardware, ...}
     kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
-                             residuals?, measurements?: {columns, rows}}}
+                             residuals?, measurements?: {columns, rows},
+                             residual?: {file, key, axes, points, sha256}  (measured log residuals in
+                             a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep, params, ...}}}
     collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
 
@@ -272,6 +274,9 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
         if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
             c.fail(f"kernels.{fam}.variants[{i}]: needs `params`")
         c.fields(f"kernels.{fam}.variants[{i}].params", v["params"], PARAMS[e["model"]])
+    for where, v in [(f"kernels.{fam}", e)] + [(f"kernels.{fam}.variants[{i}]", v) for i, v in enumerate(variants)]:
+        if v.get("residual") is not None:
+            _validate_residual(c, f"{where}.residual", v["residual"])
     meas = e.get("measurements")
     if meas is None:
         return
@@ -286,6 +291,19 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
             if col not in TEXT_COLUMNS:
                 spec = Num(0.0, lo_open=True, optional=col != "time_s")
                 c.number(f"kernels.{fam}.measurements.rows[{i}].{col}", v, spec)
+
+
+def _validate_residual(c: _Checker, where: str, b) -> None:
+    """`residual: {file, key, axes, points, sha256}` (moesim.perf.profile.residual); an in-memory fit
+    carries its arrays (`_data`) instead of file and sha256 until the profile is written."""
+    if not isinstance(b, dict) or not isinstance(b.get("key"), str) or not b["key"]:
+        c.fail(f"{where}: needs `key`, `axes`, `points` and `file` + `sha256`")
+    axes = b.get("axes")
+    if not isinstance(axes, list) or not axes or not all(isinstance(a, str) and a for a in axes):
+        c.fail(f"{where}.axes: must be a non-empty list of shape names")
+    c.number(f"{where}.points", b.get("points"), Num(1.0, integer=True))
+    if b.get("_data") is None and not all(isinstance(b.get(f), str) and b[f] for f in ("file", "sha256")):
+        c.fail(f"{where}: needs `file` (the .residuals.npz next to the profile) and its `sha256`")
 
 
 def _validate_comm(c: _Checker, where: str, op, e) -> None:
