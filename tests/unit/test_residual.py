@@ -180,3 +180,38 @@ def test_query_shapes_are_deduplicated_and_broadcast():
     assert r.shape == (2, 3)
     np.testing.assert_allclose(r, [[1.1, 1.3, 1.1], [1.2, 1.4, 1.2]], rtol=1e-12)
     assert float(model.factor({"m": 1.0})) == 1.0  # an axis the priced shape lacks: no correction
+
+
+def test_inherited_entry_references_the_same_side_car(measured):
+    from moesim.calibration.fit.profile import _parent_entry
+
+    out, (m, n, k, t) = measured
+    parent = read_profile_file(out)
+    child = _parent_entry([parent], "kernels", "gemm")
+    assert child["status"] == "inherited" and child["residual"] == parent["kernels"]["gemm"]["residual"]
+    data = {"schema_version": S.SCHEMA_VERSION, "gpu": "h100_sxm", "kernels": {"gemm": child}}
+    data["roofline"] = {"sms": SMS, "hbm_bw_GBps": 4800, "tflops": {"fp8": 1979}}
+    prof = Profile(S.fill_sections(data), path=out.with_name("h100_sxm.sglang.yaml"))
+    np.testing.assert_allclose(prof.kernel_time("gemm", m=m, n=n, k=k), t, rtol=1e-9)
+
+
+def test_calibrated_cost_mode_applies_r_to_the_quant_pass(tmp_path):
+    from moesim.perf.cost import CostModel
+    from moesim.specs.loader import load_hardware, load_model
+    from moesim.workload.ops import QUANT_BYTES_PER_ELEM, quant_pass
+
+    hw, model = load_hardware("h200"), load_model("deepseek-v3")
+    p = {"alpha_us": 3.0, "eta_m": 0.5}
+    entry = {"status": "fitted", "gpu": "h200", "model": S.STREAM, "dtype": "fp8", "backend": "x", "params": p}
+    ms, ks = np.array([1.0, 64.0, 4096.0]), np.array([2048.0, 7168.0])
+    pts = np.log(np.array(np.meshgrid(ms, ks, indexing="ij")).reshape(2, -1).T)
+    R.attach(entry, "quant|-|fp8|x", ("m", "k"), pts, np.full(len(pts), np.log(1.25)))
+    data = {"schema_version": S.SCHEMA_VERSION, "gpu": "h200", "kernels": {"quant": entry}}
+    out = tmp_path / "h200.sglang.yaml"
+    write_residuals(data, out)
+    write_profile(data, out)
+    prof = Profile(read_profile_file(out), hardware=hw, path=out)
+    op = quant_pass("q", np.array([64.0]), 7168.0, a_bytes=1.0, block=128, stage=3)
+    c = CostModel(hw, model, "calibrated", prof).cost(op)
+    phys = 3e-6 + 64 * 7168 * QUANT_BYTES_PER_ELEM / (hw.hbm_bw_Bps * 0.5)
+    assert float(c.time_s[0]) == pytest.approx(1.25 * phys + prof.launch_s, rel=1e-6)

@@ -13,6 +13,16 @@ the same way). Two held-out schemes, both reported:
   every OTHER shape's residual under that same physics; the measured box is recomputed without it.
 
 No held-out row enters its own prediction in either scheme (a test plants an outlier to check it).
+A fit module uses it as fit.gemm does (attention: the same calls with its own axes):
+
+    pts = log_points(rows, axes)
+    errs = residual_cv(data, pts, parts, fold_params(data, parts, x0))   # physics / grouped / loso
+    cv["physics"] = err_stats(errs["physics"], size, 64); cv["leave_one_shape_out"] = ...
+    attach(entry, key, axes, *residual_arrays(data, pts, params_all_rows))
+
+fit.profile.write_residuals then writes every block's arrays into the profile's side-car file.
+Profiles inheriting an entry (fit.profile._parent_entry; H100 / H800 from H200) keep its block and
+so reference the same file, next to theirs: residuals are a shape property of the kernel.
 """
 
 from __future__ import annotations

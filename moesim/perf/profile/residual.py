@@ -110,6 +110,7 @@ class Residual:
         self.z = self.points / self.steps
         self.lo, self.hi = self.z.min(0), self.z.max(0)
         self.k = k
+        self._memo: dict = {}
 
     def log_factor(self, zq: np.ndarray, nearest_fn=None) -> np.ndarray:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
@@ -130,7 +131,12 @@ class Residual:
         r = np.ones(len(q))
         if ok.any():
             u, inv = np.unique(q[ok], axis=0, return_inverse=True)
-            r[ok] = np.exp(self.log_factor(np.log(u) / self.steps))[inv.ravel()]
+            key = u.tobytes()  # the cost model asks twice per op (efficiency, time): price once
+            if key not in self._memo:
+                if len(self._memo) > 64:
+                    self._memo.clear()
+                self._memo[key] = np.exp(self.log_factor(np.log(u) / self.steps))
+            r[ok] = self._memo[key][inv.ravel()]
         return r.reshape(out_shape)
 
 
