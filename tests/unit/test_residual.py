@@ -215,3 +215,11 @@ def test_calibrated_cost_mode_applies_r_to_the_quant_pass(tmp_path):
     c = CostModel(hw, model, "calibrated", prof).cost(op)
     phys = 3e-6 + 64 * 7168 * QUANT_BYTES_PER_ELEM / (hw.hbm_bw_Bps * 0.5)
     assert float(c.time_s[0]) == pytest.approx(1.25 * phys + prof.launch_s, rel=1e-6)
+
+
+def test_derived_family_does_not_take_its_source_residual(measured):
+    out, (m, n, k, t) = measured
+    data = read_profile_file(out)
+    data["kernels"]["bmm"] = {**data["kernels"]["gemm"], "status": "derived", "derived_from": "gemm"}
+    prof = Profile(data, path=out)
+    np.testing.assert_allclose(prof.kernel_time("bmm", m=m, n=n, k=k, groups=1.0), _phys(m, n, k), rtol=1e-9)

@@ -235,6 +235,8 @@ class Profile:
         """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
         measurement / physics ratio interpolated at the measured shapes, 1 far outside them; 1 where
         the variant has none. A shape property: peaks and bandwidths do not enter it."""
+        if e.get("inherited_status", e.get("status")) == "derived":
+            return 1.0  # a family priced with another's fit (bmm from gemm): not its measurements
         v = pick_variant(e, self._dtype(family, e, shape), shape.get("layout"))
         block = v.get("residual")
         if not block:
