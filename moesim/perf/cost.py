@@ -43,6 +43,8 @@ class OpCost:
 
 
 def _family(op: OpWork, model: ModelSpec) -> str:
+    if op.shape.get("kernel_family"):  # an elementwise op with its own kernel family (the FP8 quant pass)
+        return op.shape["kernel_family"]
     if op.kind == OpKind.ATTENTION:
         if model.attention.kind == AttentionKind.MLA:
             return "mla_prefill" if op.shape.get("prefill") else "mla_decode"
@@ -95,6 +97,8 @@ class CostModel:
                 kshape = {**kshape, "tile_pad": pad}
             if self.profile is not None:
                 eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
+                if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
+                    eff = self.profile.kernel_efficiency("elementwise")
                 if eff is not None:
                     ec, em = eff
                     prov = Provenance.FITTED.value

@@ -41,7 +41,7 @@ MLA_ROPE = 64
 MLA_QK_DIM = MLA_LATENT + MLA_ROPE
 MLA_V_DIM = MLA_LATENT
 
-DTYPE_BYTES = {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp4": 0.5}
+DTYPE_BYTES = {"fp8": 1.0, "fp8_block": 1.0, "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp4": 0.5}
 
 
 def dtype_bytes(dtype, default: float = 1.0) -> float:
@@ -88,6 +88,83 @@ def gemm_ctas_per_sm(m, n, groups, sms, tile_pad=None):
 def gemm_block_m(m):
     """DeepGEMM's M tile: 64 rows for m <= 64, else 128 (as gemm_ctas_per_sm)."""
     return np.where(np.asarray(m, float) <= 64.0, 64.0, 128.0)
+
+
+# ---------------------------------------------------------------------------- tiles and waves
+# DeepGEMM's SM90 tile choice (deep_gemm jit_kernels/gemm.py, get_best_configs): BLOCK_M 64 when
+# m <= 64, else 64 or 128; BLOCK_N from 16..128 step 8 plus 144 and 160; the fewest waves
+# ceil(CTAs / SMs) win, then the fullest last wave, then the smaller tile (less padded math).
+BLOCK_N_CHOICES = np.array(list(range(16, 129, 8)) + [144, 160, 192, 224, 256], float)
+
+
+def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max: float = 160.0):
+    """(CTAs, BLOCK_M, BLOCK_N) of `groups` GEMMs [m, k] x [k, n] under the DeepGEMM heuristic,
+    vectorized (distinct (m, n, groups, pad) only). tile_pad (routed groups): M tiles per group =
+    m * tile_pad / BLOCK_M (its expectation; routed_tile_padding uses the same BLOCK_M)."""
+    m, n, g, pad = np.broadcast_arrays(
+        np.maximum(np.asarray(m, float), 1.0),
+        np.maximum(np.asarray(n, float), 1.0),
+        np.maximum(np.asarray(groups, float), 1.0),
+        np.asarray(1.0 if tile_pad is None else tile_pad, float),
+    )
+    key = np.stack([m.ravel(), n.ravel(), g.ravel(), pad.ravel()], axis=1)
+    u, inv = np.unique(key, axis=0, return_inverse=True)
+    um, un, ug, up = (u[:, i : i + 1] for i in range(4))
+    bns = BLOCK_N_CHOICES[BLOCK_N_CHOICES <= bn_max][None, :]
+    best = None
+    for bm in [b for b in (64.0, 128.0, 256.0) if b <= bm_max]:
+        tiles_m = np.where(up == 1.0, np.ceil(um / bm), um * up / bm)
+        ctas = ug * tiles_m * np.ceil(un / bns)
+        waves = np.ceil(ctas / sms)
+        last = ctas - (waves - 1) * sms  # CTAs in the last wave
+        # fewest waves, then fullest last wave, then least padded math (smaller tile area)
+        score = waves * 1e6 - last / sms * 1e3 + bm * bns / 1e5
+        score = np.where((bm > 64) & (um <= 64), np.inf, score)  # m <= 64: BLOCK_M 64 only
+        # routed groups: the BLOCK_M their expected padding was computed with (one definition)
+        score = np.where((up != 1.0) & (gemm_block_m(um) != bm), np.inf, score)
+        j = np.argmin(score, axis=1)
+        r = np.arange(len(u))
+        cand = (score[r, j], ctas[r, j], np.full(len(u), bm), bns[0, j])
+        if best is None:
+            best = cand
+        else:
+            better = cand[0] < best[0]
+            best = tuple(np.where(better, c, b) for c, b in zip(cand, best))
+    shape = m.shape
+    return tuple(v[inv.ravel()].reshape(shape) for v in best[1:])
+
+
+K_BLOCK = 128.0  # DeepGEMM / CUTLASS FP8 block-scaled main loop: one k-block = 128 (one scale)
+
+
+def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
+    """T_model of the waves_v1 form (tile and wave quantization, issue 14 sec. 3; p: the entry's
+    params eta_c, eta_m, alpha_us, kb_ns, sm_GBps):
+
+        T    = alpha + max(T_c, B_in / (W eta_m)) + B_out / W
+        T_c  = ceil(CTAs / SMs) * ceil(k / 128) * t_kb
+        t_kb = max(2 BM BN 128 / (P / SMs * eta_c),  (BM + BN) 128 in_bytes / sm_bw,  kb_ns)
+
+    Every SM runs one padded BM x BN output tile per wave; its main loop walks k in 128-wide
+    blocks, each bound by the tensor cores (eta_c of the SM's share of the peak), by the SM's own
+    load bandwidth sm_bw, or by the k-block pipeline latency kb_ns (no split-K: one CTA walks all
+    of k, which is what makes small-m, large-k GEMMs slow). Below one wave the time is that of one
+    CTA (speed linear in CTAs); past each multiple of SMs CTAs a whole wave is added. The whole
+    kernel also streams its inputs through HBM at eta_m; alpha is the fixed per-call latency."""
+    ctas = np.maximum(np.asarray(ctas, float), 1.0)
+    waves = np.ceil(ctas / sms - 1e-9)
+    bm, bn = np.asarray(bm, float), np.asarray(bn, float)
+    t_math = 2.0 * bm * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
+    t_load = (bm + bn) * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
+    t_kb = np.maximum(np.maximum(t_math, t_load), float(p["kb_ns"]) * 1e-9)
+    t_c = waves * np.ceil(np.asarray(k, float) / K_BLOCK) * t_kb
+    t_m = np.asarray(b_in, float) / (bw * float(p["eta_m"]))
+    return float(p["alpha_us"]) * 1e-6 + np.maximum(t_c, t_m) + np.asarray(b_out, float) / bw
+
+
+def stream_time(nbytes, bw, p: dict):
+    """A streaming kernel (FP8 activation quant, permute): alpha + bytes / (W eta_m)."""
+    return float(p["alpha_us"]) * 1e-6 + np.asarray(nbytes, float) / (bw * float(p["eta_m"]))
 
 
 def _erfc(x):

@@ -11,7 +11,16 @@ from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.workload.comm import a2a_network_bytes
-from moesim.workload.ops import OpWork, allreduce, elementwise, gemm, grouped_gemm
+from moesim.workload.ops import (
+    OpWork,
+    act_elem_bytes,
+    allreduce,
+    elementwise,
+    gemm,
+    grouped_gemm,
+    permute_bytes,
+    quant_pass,
+)
 
 # SMs held by comm kernels while in flight. DeepSeek's prefill overlap figure: 108 compute / 24
 # communication SMs for DeepEP normal kernels (OII-016); decode figure 132 / 0 for the low-latency
@@ -29,6 +38,7 @@ def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
     wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
     width = f.intermediate_size / tp
     ops = [
+        quant_pass("mlp_quant", t, d, a_bytes=ab, block=blk, stage=3),  # normed BF16 input -> FP8
         gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
         _act("mlp_act", t, width, 3),
         gemm("mlp_down", t, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=4),
@@ -91,7 +101,11 @@ def routed_experts(model: ModelSpec, *, pairs, slots_per_rank, active, moe_tp, l
     up = grouped_gemm("experts_gate_up", pairs, 2 * wi, d, tags=ROUTED_TAGS, **kw)
     act = _act("experts_act", pairs, wi, 4, tags=ROUTED_TAGS)
     down = grouped_gemm("experts_down", pairs, d, wi, tags=ROUTED_TAGS | {Tag.EXPERTS_DOWN}, **kw)
-    return [up, act, down]
+    if layout != "contiguous":
+        return [up, act, down]
+    a_elem = act_elem_bytes(p.activation_dtype.bytes, p.weight_block)
+    perm = elementwise("experts_permute", permute_bytes(pairs, d, a_elem), stage=4, tags=ROUTED_TAGS)
+    return [perm, up, act, down]
 
 
 def moe_ops(
@@ -118,6 +132,7 @@ def moe_ops(
         ms = t * moe_tp / tp
         ws = m.shared_width / moe_tp
         ops += [
+            quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3),  # normed BF16 input -> FP8
             gemm("shared_gate_up", ms, 2 * ws, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
             _act("shared_act", ms, ws, 3),
             gemm("shared_down", ms, d, ws, w_bytes=wb, a_bytes=ab, block=blk, stage=3),

@@ -152,6 +152,34 @@ def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset
     )
 
 
+# FP8 activation quant pass (per-token-group 1 x 128 tiles, DeepSeek-V3 report sec. 3.3; SGLang's
+# per_token_group_quant_fp8 before a block-FP8 GEMM whose input is BF16): reads BF16, writes FP8
+# plus one fp32 scale per 128 elements. Priced by the `quant` kernel family (stream_v1).
+QUANT_BYTES_PER_ELEM = 2.0 + act_elem_bytes(1.0, 128)  # the fit's (aiconfigurator scale_matrix rows)
+
+
+def quant_pass(name, m, k, *, a_bytes: float, block: int, stage: int, present=1.0, tags=frozenset()) -> OpWork:
+    """The unfused pre-GEMM FP8 activation quant of an [m, k] BF16 input; absent (present = 0)
+    unless activations are sub-16-bit with block scaling."""
+    m = np.asarray(m, float)
+    on = float(a_bytes < 2 and bool(block))
+    op = elementwise(
+        name, m * k * QUANT_BYTES_PER_ELEM, stage=stage, present=np.asarray(present, float) * on, tags=tags
+    )
+    op.shape = {"m": m, "k": k * np.ones_like(m), "kernel_family": "quant"}
+    return op
+
+
+def permute_bytes(pairs, hidden, a_elem: float):
+    """Bytes of the contiguous-layout MoE permute + unpermute per rank (SGLang DeepEP normal path,
+    ep_scatter / ep_gather): every received token-expert row is read and written once in the
+    dispatched dtype (FP8 + scales: a_elem bytes per element) into the expert-aligned buffer, and
+    its BF16 down-GEMM output is read and written once on the way back to token order.
+    The masked (DeepEP LL) and fused (Triton) layouts index rows in place: no permute."""
+    rows = np.asarray(pairs, float) * np.asarray(hidden, float)
+    return rows * (2.0 * a_elem + 2.0 * 2.0)
+
+
 def allreduce(name, tokens, hidden, group, stage) -> OpWork:
     """Ring all-reduce of `tokens` BF16 hidden states over `group` ranks (absent when group = 1)."""
     msg = tokens * hidden * 2.0

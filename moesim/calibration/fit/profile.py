@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
 from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.kernels import fit_kernels
@@ -23,6 +24,7 @@ from moesim.calibration.fit.peaks import Peaks, derive_peaks
 from moesim.calibration.records import COLUMNS, NUMERIC_COLUMNS, atomic_write_text
 from moesim.enums import Engine
 from moesim.errors import CalibrationError, SpecError
+from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.perf.profile.schema import round_sig as _r
@@ -231,8 +233,24 @@ def fit(
         profile = dict(items[:at] + [("engine", eng)] + items[at:])
     S.validate(profile, out if out is not None else f"fitted for {gpu}", hint=WRITER_HINT)
     if out is not None:
+        write_residuals(profile, Path(out))
         write_profile(profile, Path(out))
     return profile
+
+
+def residual_file(out: Path) -> Path:
+    """The side-car of a profile: calibration/profiles/<gpu>[.<engine>].residuals.npz."""
+    name = out.name[: -len(".yaml")] if out.name.endswith(".yaml") else out.name
+    return out.with_name(name + ".residuals.npz")
+
+
+def write_residuals(profile: dict, out: Path) -> None:
+    """Write the in-memory residual arrays of a fitted profile next to it and point the entries'
+    `residual` blocks at the file (name relative to the profile's folder, sha256 prefix)."""
+    arrays = R.collect(profile)
+    if arrays:
+        path = residual_file(out)
+        R.finalize(profile, path.name, RS.save_npz(path, arrays))
 
 
 class _Dumper(yaml.SafeDumper):

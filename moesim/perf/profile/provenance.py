@@ -19,7 +19,8 @@ def entry_provenance(e: dict) -> str:
     gpu = e.get("gpu", "")
     if st == "fitted":
         med = (e.get("cv") or {}).get("median_abs_pct")
-        return f"fitted:{gpu} {label(e)} rows" + (f" (CV median {med}%)" if med is not None else "")
+        kind = "fitted+measured-residual" if e.get("residual") else "fitted"  # x R(shape), profile.residual
+        return f"{kind}:{gpu} {label(e)} rows" + (f" (CV median {med}%)" if med is not None else "")
     if st == "peak":
         return f"peak:{gpu} {label(e)} rows (upper bound, no CV)"
     if st == "derived":

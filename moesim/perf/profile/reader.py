@@ -7,6 +7,10 @@
 Everything is vectorized over numpy arrays that broadcast (grids of millions of configurations);
 no Python loop runs over configurations. The profile is plain YAML read with yaml.safe_load.
 
+Entries fitted on big measured tables carry a `residual` block: the model time is multiplied by
+R(shape) (moesim.perf.profile.residual; measurement / physics at the measured shapes, 1 far from
+them), read lazily once from the side-car .residuals.npz next to the profile.
+
 Efficiency (moesim/perf/efficiency.py): for fitted kernels eta = T_roofline / T_model of the kernel's
 own work (GEMM: F = 2*g*m*n*k, B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode:
 F = 2*b*s*h*ctx*(576+512), B = KV cache + queries + outputs) and ec = em = eta, so the cost model's
@@ -28,9 +32,10 @@ from moesim.errors import CalibrationError
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import by_ep_params
 from moesim.perf.profile import measured as M
+from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
-from moesim.perf.profile.work import kernel_work, peak_flops
+from moesim.perf.profile.work import kernel_work, model_time, peak_flops
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
 
@@ -116,6 +121,22 @@ def load_profile(hardware, path=None, force: bool = False, engine=None) -> Profi
     return Profile(data, hardware=hardware, path=path)
 
 
+def _base_dtype(d) -> str:
+    d = str(d or "").lower()
+    return {"fp8_block": "fp8", "bfloat16": "bf16"}.get(d, d)
+
+
+def pick_variant(e: dict, dtype: str, layout=None) -> dict:
+    """The entry's variant (waves_v1 / stream_v1 fits per layout, dtype, backend) for a priced dtype
+    and layout: the first listed (preferred) one whose dtype matches (fp8 = fp8_block) and, where
+    the shape names one scalar layout, whose layout matches; the entry itself when none does."""
+    lay = layout if isinstance(layout, str) else None
+    for v in e.get("variants") or []:
+        if _base_dtype(v.get("dtype")) == _base_dtype(dtype) and (lay is None or v.get("layout") in (None, lay)):
+            return v
+    return e
+
+
 class Profile:
     """A loaded calibration profile bound to a hardware spec (or to the peaks it records)."""
 
@@ -160,9 +181,13 @@ class Profile:
             return str(self.path)
 
     # ------------------------------------------------------------------ kernels
-    def _work(self, family: str, e: dict, shape: dict):
+    @staticmethod
+    def _dtype(family: str, e: dict, shape: dict) -> str:
         dtype = shape.get("dtype") or e.get("dtype") or S.DEFAULT_DTYPE[family]
-        dtype = str(getattr(dtype, "value", dtype)).lower()
+        return str(getattr(dtype, "value", dtype)).lower()
+
+    def _work(self, family: str, e: dict, shape: dict):
+        dtype = self._dtype(family, e, shape)
         return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
 
     def _overlap_time(self, p: dict, F, b_in, b_out, x, peak):
@@ -200,8 +225,11 @@ class Profile:
             out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
             return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
-        # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
-        t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
+        if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
+            t_model = self._model_time(family, e, shape, peak)
+        else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
+            t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
+        t_model = t_model * self.residual_factor(family, e, shape)
         eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
         return eta, eta
 
@@ -216,7 +244,29 @@ class Profile:
         F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
         if e["model"] == S.PEAK:
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
-        return self._overlap_time(p, F, b_in, b_out, x, peak)
+        if e["model"] in (S.WAVES, S.STREAM):
+            t = self._model_time(family, e, shape, peak)
+        else:
+            t = self._overlap_time(p, F, b_in, b_out, x, peak)
+        return t * self.residual_factor(family, e, shape)
+
+    def residual_factor(self, family: str, e: dict, shape: dict):
+        """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
+        measurement / physics ratio interpolated at the measured shapes, 1 far outside them; 1 where
+        the variant has none. A shape property: peaks and bandwidths do not enter it."""
+        if e.get("inherited_status", e.get("status")) == "derived":
+            return 1.0  # a family priced with another's fit (bmm from gemm): not its measurements
+        v = pick_variant(e, self._dtype(family, e, shape), shape.get("layout"))
+        block = v.get("residual")
+        if not block:
+            return 1.0
+        return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
+
+    def _model_time(self, family: str, e: dict, shape: dict, peak):
+        """waves_v1 / stream_v1 model time of an entry (moesim.perf.profile.work.model_time)."""
+        dtype = self._dtype(family, e, shape)
+        v = pick_variant(e, dtype, shape.get("layout"))
+        return model_time(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
 
     def measured_time(self, family: str, **shape):
         """Raw measured kernel times (s), log-log interpolated along m (GEMMs) or context (MLA) where

@@ -7,7 +7,9 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
     roofline:    peaks the efficiencies are relative to (ROOFLINE_FIELDS; used without a hardware spec)
     launch:      {us, status: measured | hardware, ...}
     kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
-                             residuals?, measurements?: {columns, rows}}}
+                             residuals?, measurements?: {columns, rows},
+                             residual?: {file, key, axes, points, sha256}  (measured log residuals in
+                             a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep, params, ...}}}
     collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
 
@@ -24,7 +26,17 @@ import numpy as np
 from moesim.errors import CalibrationError, check_number
 
 SCHEMA_VERSION = 1
-KERNEL_FAMILIES = ("gemm", "grouped_gemm", "bmm", "mla_decode", "mla_prefill", "attention", "elementwise")
+KERNEL_FAMILIES = (
+    "gemm",
+    "grouped_gemm",
+    "bmm",
+    "mla_decode",
+    "mla_prefill",
+    "attention",
+    "elementwise",
+    "moe",
+    "quant",
+)
 COMM_MODES = ("deepep-ll", "deepep-normal", "nccl", "pplx")
 COMM_OPS = ("dispatch", "combine")
 COLLECTIVE_OPS = ("all_reduce", "all_gather")
@@ -39,10 +51,12 @@ MODE_ALIASES = {
 # entry models
 OVERLAP = "overlap_v1"  # moesim.perf.efficiency.overlap_time
 PEAK = "peak"  # constant (eta_c, eta_m)
+WAVES = "waves_v1"  # tile / wave quantized GEMM-like kernels, moesim.perf.efficiency.waves_time
+STREAM = "stream_v1"  # streaming kernels (activation quant): alpha + bytes / (W eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
-KERNEL_MODELS = (OVERLAP, PEAK)
+KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
 DEFAULT_DTYPE = {
@@ -53,6 +67,8 @@ DEFAULT_DTYPE = {
     "mla_prefill": "bf16",
     "attention": "bf16",
     "elementwise": "bf16",
+    "moe": "fp8",
+    "quant": "fp8",
 }
 REGENERATE = "regenerate it with `moesim calibrate fit`"
 
@@ -83,6 +99,14 @@ PARAMS = {
         "q": Num(1.0, optional=True, inf_ok=True),
     },
     PEAK: {"eta_c": ETA, "eta_m": ETA},
+    WAVES: {
+        "eta_c": ETA,
+        "eta_m": ETA,
+        "alpha_us": US,
+        "kb_ns": Num(0.0, 1e6),  # k-block pipeline latency floor per CTA
+        "sm_GBps": Num(0.0, 1e6, lo_open=True),  # one SM's load bandwidth
+    },
+    STREAM: {"alpha_us": US, "eta_m": ETA},
     ALPHA_BETA: {
         "alpha_us": US,
         "alpha_intra_us": US._replace(optional=True),
@@ -243,6 +267,16 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
     if not isinstance(e, dict) or e.get("model") not in KERNEL_MODELS or not isinstance(e.get("params"), dict):
         c.fail(f"kernels.{fam}: needs `model` ({' or '.join(KERNEL_MODELS)}) and `params`")
     c.fields(f"kernels.{fam}.params", e["params"], PARAMS[e["model"]])
+    variants = e.get("variants") or []
+    if not isinstance(variants, list):
+        c.fail(f"kernels.{fam}.variants: must be a list of {{dtype, params, ...}}")
+    for i, v in enumerate(variants):  # one fit per (layout, dtype, backend); same model as the entry
+        if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
+            c.fail(f"kernels.{fam}.variants[{i}]: needs `params`")
+        c.fields(f"kernels.{fam}.variants[{i}].params", v["params"], PARAMS[e["model"]])
+    for where, v in [(f"kernels.{fam}", e)] + [(f"kernels.{fam}.variants[{i}]", v) for i, v in enumerate(variants)]:
+        if v.get("residual") is not None:
+            _validate_residual(c, f"{where}.residual", v["residual"])
     meas = e.get("measurements")
     if meas is None:
         return
@@ -257,6 +291,19 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
             if col not in TEXT_COLUMNS:
                 spec = Num(0.0, lo_open=True, optional=col != "time_s")
                 c.number(f"kernels.{fam}.measurements.rows[{i}].{col}", v, spec)
+
+
+def _validate_residual(c: _Checker, where: str, b) -> None:
+    """`residual: {file, key, axes, points, sha256}` (moesim.perf.profile.residual); an in-memory fit
+    carries its arrays (`_data`) instead of file and sha256 until the profile is written."""
+    if not isinstance(b, dict) or not isinstance(b.get("key"), str) or not b["key"]:
+        c.fail(f"{where}: needs `key`, `axes`, `points` and `file` + `sha256`")
+    axes = b.get("axes")
+    if not isinstance(axes, list) or not axes or not all(isinstance(a, str) and a for a in axes):
+        c.fail(f"{where}.axes: must be a non-empty list of shape names")
+    c.number(f"{where}.points", b.get("points"), Num(1.0, integer=True))
+    if b.get("_data") is None and not all(isinstance(b.get(f), str) and b[f] for f in ("file", "sha256")):
+        c.fail(f"{where}: needs `file` (the .residuals.npz next to the profile) and its `sha256`")
 
 
 def _validate_comm(c: _Checker, where: str, op, e) -> None:

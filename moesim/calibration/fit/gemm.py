@@ -1,0 +1,283 @@
+"""waves_v1 fits (GEMM, fused / grouped MoE) and stream_v1 fits (FP8 activation quant) on big
+measured tables (aiconfigurator: tens of thousands of rows per kernel).
+
+The time models are moesim.perf.efficiency.waves_time / stream_time through
+moesim.perf.profile.work (one definition for the fit and the reader). Least squares on
+log(predicted / measured); cross-validation holds out whole SHAPES (GEMM: (n, k); MoE: the layer
+dims and parallelism), 10 folds over the distinct shapes, so a held-out row's shape was never seen.
+Fits train on at most FIT_ROWS rows (a fixed random subset) so that `calibrate fit` on 30k rows
+takes seconds; errors are measured on every held-out row. Residual and measurement tables are
+written into the profile only for small tables (<= TABLE_ROWS rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from moesim.calibration.fit import residual as R
+from moesim.calibration.fit.cv import cv_summary, lsq
+from moesim.calibration.fit.data import sources_text
+from moesim.calibration.fit.peaks import Peaks
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.schema import round_sig as _r
+from moesim.perf.profile.work import kernel_work, parts_time, waves_parts
+
+FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
+TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
+MIN_ROWS = 12
+CV_FOLDS = 10
+DECODE_MAX = 64.0  # decode-sized shapes: m (GEMM) or tokens (MoE) 1..64, reported separately
+SHAPE_KEYS = {
+    "gemm": ["n", "k"],
+    "moe": ["hidden", "n", "experts", "topk", "ep", "tp"],
+    "quant": ["k"],
+}
+SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
+MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
+# (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds and starts of the waves_v1 fit
+WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
+WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
+WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
+WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0])
+
+
+def _shape_of(d: pd.DataFrame, family: str) -> dict:
+    cols = MOE_COLS if family == "moe" else ["m", "n", "k", "groups"]
+    out = {c: d[c].values if c == "layout" else d[c].values.astype(float) for c in cols if c in d}
+    if "groups" in out:
+        out["groups"] = np.where(np.isfinite(out["groups"]), out["groups"], 1.0)
+    if family == "moe":  # measured tables route evenly (excluded otherwise); absent tp / ep: 1
+        out["routing"] = "balanced"
+        for c in ("tp", "ep"):
+            v = out.get(c, np.ones(len(d)))
+            out[c] = np.where(np.isfinite(v), v, 1.0)
+    return out
+
+
+def shape_ids(d: pd.DataFrame, family: str) -> np.ndarray:
+    keys = [c for c in SHAPE_KEYS[family] + (["layout"] if family == "moe" else []) if c in d]
+    return pd.factorize(d[keys].astype(str).agg("|".join, axis=1))[0]
+
+
+def shape_folds(ids: np.ndarray, folds: int = CV_FOLDS) -> list[np.ndarray]:
+    """Row indices of each fold: whole shapes held out together (fixed permutation of the shapes)."""
+    n_shapes = int(ids.max()) + 1 if len(ids) else 0
+    k = max(2, min(folds, n_shapes))
+    fold_of = np.random.default_rng(0).permutation(n_shapes) % k
+    return [np.flatnonzero(fold_of[ids] == f) for f in range(k)]
+
+
+def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
+    if len(idx) <= n:
+        return idx
+    return np.sort(np.random.default_rng(1).choice(idx, n, replace=False))
+
+
+class WavesData:
+    """The shape-only features of a waves_v1 table, computed once; predict() slices them."""
+
+    def __init__(self, family: str, d: pd.DataFrame, dtype: str, peaks: Peaks):
+        self.family, self.d, self.dtype = family, d, dtype
+        self.t = d.time_s.values.astype(float)
+        self.sms, self.peak, self.bw = peaks.sms, peaks.peak(dtype), peaks.hbm_Bps
+        self.parts, self.extra = waves_parts(family, dtype, self.sms, _shape_of(d, family))
+        self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
+
+    def predict(self, p, idx):
+        parts = [tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6]) + (part[6],) for part in self.parts]
+        return parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+
+    def fit(self, idx, x0=None):
+        """Least squares on log time over (a subset of) rows idx; from x0 alone when given (the
+        cross-validation folds start from the all-rows fit: same optimum basin, a few iterations)."""
+        idx = _subset(idx)
+
+        def res(p):
+            return np.log(self.predict(p, idx) / self.t[idx])
+
+        starts = [list(s) for s in WAVES_STARTS] if x0 is None else [x0]
+        for s in starts if x0 is None else []:
+            s[2] = min(s[2], float(np.min(self.t[idx])) * 1e6 * 0.8)
+        return lsq(res, starts, WAVES_LO, WAVES_HI)
+
+
+def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:
+    """cv_summary + p90 and the decode-sized subset (size <= 64), by shape-grouped folds."""
+    out = cv_summary(errs, folds)
+    e = np.abs(errs) * 100.0
+    ok = np.isfinite(e)
+    out["p90_abs_pct"] = _r(np.percentile(e[ok], 90), 3) if ok.any() else None
+    small = ok & (size <= DECODE_MAX)
+    out["decode_rows"] = int(small.sum())
+    out["decode_median_abs_pct"] = _r(np.median(e[small]), 3) if small.any() else None
+    out["decode_p90_abs_pct"] = _r(np.percentile(e[small], 90), 3) if small.any() else None
+    return out
+
+
+def _entry(data, gpu: str, backend: str, model: str, params: dict, cv: dict) -> dict:
+    d = data.d
+    e = {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": model,
+        "dtype": data.dtype,
+        "backend": backend,
+        "params": params,
+        "rows": len(d),
+        "cv": cv,
+        "source": f"{len(d)} rows: " + sources_text(d),
+    }
+    if len(d) <= TABLE_ROWS:
+        cols = MOE_COLS if data.family == "moe" else ["m", "n", "k"]
+        e["measurements"] = {
+            "columns": cols + ["time_s"],
+            "rows": [
+                [(v if c == "layout" else _r(v)) for c, v in zip(cols, r)] + [_r(t, 6)]
+                for r, t in zip(d[cols].itertuples(index=False), d.time_s)
+            ],
+        }
+    else:
+        e["tables_note"] = f"{len(d)} rows > {TABLE_ROWS}: residuals and measurements not written"
+    return e
+
+
+def _cv_with_residual(family: str, data, ids, folds, p, x0) -> dict:
+    """The cv block (grouped folds, physics x measured residual; `physics` alone and leave-one-
+    shape-out beside it, moesim.calibration.fit.residual) and the residual block's arrays."""
+    parts = shape_folds(ids, folds or CV_FOLDS)
+    pts = R.log_points(data.d, R.AXES[family])
+    errs = R.residual_cv(data, pts, parts, R.fold_params(data, parts, x0))
+    size = data.d[SIZE_KEY[family]].values.astype(float)
+    cv = cv_block(errs["grouped"], len(parts), size)
+    cv["grouped_by"] = "shape (" + ", ".join(SHAPE_KEYS[family]) + ")"
+    cv["physics"] = R.err_stats(errs["physics"], size, DECODE_MAX)
+    cv["leave_one_shape_out"] = R.err_stats(errs["loso"], size, DECODE_MAX)
+    cv["corrected_by"] = "measured residual (moesim.perf.profile.residual)"
+    return cv, pts
+
+
+def _key(family: str, e: dict, layout: str = "") -> str:
+    return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}"
+
+
+def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
+    """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype, with its measured
+    residual block (the layout is added to the key by fit_variants)."""
+    data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
+    ids = shape_ids(data.d, family)
+    p = data.fit(np.arange(len(data.t)))
+    cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
+    params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
+    e = _entry(data, gpu, backend, S.WAVES, params, cv)
+    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p))
+    return e
+
+
+class StreamData:
+    """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) (work.kernel_work)."""
+
+    def __init__(self, d: pd.DataFrame, peaks: Peaks):
+        self.family, self.d, self.dtype = "quant", d, "fp8"
+        self.t = d.time_s.values.astype(float)
+        self.bw = peaks.hbm_Bps
+        self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values})[1]
+
+    def predict(self, p, idx):
+        return p[0] * 1e-6 + self.nbytes[idx] / (self.bw * p[1])
+
+    def fit(self, idx, x0=None):
+        idx = _subset(idx)
+        return lsq(
+            lambda p: np.log(self.predict(p, idx) / self.t[idx]), [[2.0, 0.7], [10.0, 0.3]], [0.0, 0.005], [1e4, 1.0]
+        )
+
+
+def fit_stream(d: pd.DataFrame, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
+    data = StreamData(d.reset_index(drop=True), peaks)
+    p = data.fit(np.arange(len(data.t)))
+    cv, pts = _cv_with_residual("quant", data, shape_ids(data.d, "quant"), folds, p, None)
+    e = _entry(data, gpu, backend, S.STREAM, {"alpha_us": _r(p[0], 5), "eta_m": _r(p[1], 5)}, cv)
+    e["note"] = "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements"
+    R.attach(e, _key("quant", e), R.AXES["quant"], *R.residual_arrays(data, pts, p))
+    return e
+
+
+# ---------------------------------------------------------------------------- families of a table
+DTYPE_PREFERENCE = ("fp8_block", "fp8", "bf16")  # the main entry: what the engine runs DeepSeek in
+LAYOUT_PREFERENCE = ("masked", "fused", "contiguous")  # moe: decode's layout first
+BIG_TABLE = 200  # timed rows from which gemm uses waves_v1 (measured tables spanning m); fewer: overlap_v1
+
+
+def _rank(values, preference) -> int:
+    return min((preference.index(v) if v in preference else len(preference)) for v in values)
+
+
+def _variant(e: dict, **keys) -> dict:
+    return {**keys, **{k: e[k] for k in ("dtype", "backend", "params", "rows", "cv", "residual") if k in e}}
+
+
+def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
+    """One waves_v1 / stream_v1 fit per (layout, dtype, backend) group of `d` (>= MIN_ROWS timed rows);
+    the preferred group is the entry, every group is listed under `variants` (the reader picks the
+    one matching the priced dtype / layout)."""
+    keys = ["layout", "dtype", "backend"]
+    fits = []
+    for (layout, dtype, backend), g in d.groupby(keys, sort=True):
+        if len(g) < MIN_ROWS:
+            notes.append(f"{family} {layout or '-'} {dtype} {backend}: {len(g)} rows, too few to fit")
+            continue
+        e = (
+            fit_stream(g, backend, peaks, gpu, folds)
+            if family == "quant"
+            else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds)
+        )
+        if layout:
+            e["layout"] = layout
+            e["residual"]["key"] = _key(family, e, layout)
+        rank = (_rank([layout], LAYOUT_PREFERENCE), _rank([dtype], DTYPE_PREFERENCE), -len(g))
+        fits.append((rank, layout, e))
+    if not fits:
+        return None
+    fits.sort(key=lambda f: f[0])
+    main = dict(fits[0][2])
+    main["variants"] = [_variant(e, **({"layout": lay} if lay else {})) for _, lay, e in fits]
+    return main
+
+
+def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict:
+    """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none."""
+    timed = df[(df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
+    out = {}
+    for family in ("gemm", "moe", "quant"):
+        d = timed[timed.kernel == family]
+        if family == "gemm" and len(d) < BIG_TABLE:
+            continue  # small README tables keep overlap_v1 (moesim.calibration.fit.kernels)
+        if len(d):
+            e = fit_variants(family, d, peaks, gpu, folds, notes)
+            if e:
+                out[family] = e
+    if "moe" in out and "grouped_gemm" not in out:
+        out["grouped_gemm"] = derive_grouped(out["moe"])
+    return out
+
+
+def derive_grouped(moe: dict) -> dict:
+    """grouped_gemm from the moe fit of the masked (else first) layout: the same waves_v1 tile
+    params; the layer's alpha split over its two grouped GEMMs (the SiLU pass is its own op)."""
+    v = next((v for v in moe["variants"] if v.get("layout") == "masked"), moe["variants"][0])
+    p = dict(v["params"])
+    p["alpha_us"] = _r(p["alpha_us"] / 2.0, 5)
+    return {
+        "status": "derived",
+        "gpu": moe["gpu"],
+        "model": S.WAVES,
+        "dtype": v["dtype"],
+        "backend": v["backend"],
+        "params": p,
+        "derived_from": f"moe ({v.get('layout', '-')})",
+        "rows": 0,
+        "cv": S.no_cv(),
+        "source": moe["source"],
+        "note": "derived: the MoE layer fit's grouped-GEMM tile params; alpha halved over up and down GEMMs",
+    }

@@ -1,0 +1,151 @@
+"""Measured residual correction of table fits (moesim.perf.profile.residual): log residuals
+log(t_measured / T_physics) of the all-rows physics fit, stored per fitted variant, and an honest
+cross-validation of physics x R.
+
+Generic over the fit: any `data` object with `t` (measured seconds), `d` (the rows), `fit(idx, x0)`
+and `predict(params, idx)` (the waves_v1 / stream_v1 fits of fit.gemm; attention fits can call it
+the same way). Two held-out schemes, both reported:
+
+* grouped (the physics CV's folds: whole shapes, e.g. every m of a GEMM (n, k)): per fold the
+  physics is refitted on the training folds and the interpolator is built from training rows only;
+* leave-one-shape-out (LOSO, the acceptance's wording: one exact shape held out): each row is
+  predicted by the physics of the grouped fold that held its shape out, times R interpolated from
+  every OTHER shape's residual under that same physics; the measured box is recomputed without it.
+
+No held-out row enters its own prediction in either scheme (a test plants an outlier to check it).
+A fit module uses it as fit.gemm does (attention: the same calls with its own axes):
+
+    pts = log_points(rows, axes)
+    errs = residual_cv(data, pts, parts, fold_params(data, parts, x0))   # physics / grouped / loso
+    cv["physics"] = err_stats(errs["physics"], size, 64); cv["leave_one_shape_out"] = ...
+    attach(entry, key, axes, *residual_arrays(data, pts, params_all_rows))
+
+fit.profile.write_residuals then writes every block's arrays into the profile's side-car file.
+Profiles inheriting an entry (fit.profile._parent_entry; H100 / H800 from H200) keep its block and
+so reference the same file, next to theirs: residuals are a shape property of the kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from moesim.perf.profile import residual as RS
+from moesim.perf.profile.schema import round_sig as _r
+
+AXES = {  # shape columns the residual is interpolated over (log space), per family
+    "gemm": ("m", "n", "k"),
+    "moe": ("tokens", "hidden", "n", "experts", "topk", "ep", "tp"),
+    "quant": ("m", "k"),
+}
+
+
+def log_points(d, axes) -> np.ndarray:
+    """[N x d] log shape of rows `d` (absent ep / tp / groups: 1)."""
+    cols = []
+    for a in axes:
+        v = d[a].values.astype(float) if a in d else np.full(len(d), np.nan)
+        cols.append(np.where(np.isfinite(v), v, RS.AXIS_DEFAULTS.get(a, np.nan)))
+    return np.log(np.stack(cols, 1))
+
+
+def _box_without_self(z: np.ndarray):
+    """Per shape, the normalized measured box of every OTHER shape (lo, hi arrays [U x d])."""
+    lo, hi = np.empty_like(z), np.empty_like(z)
+    for j in range(z.shape[1]):
+        v = z[:, j]
+        u = np.unique(v)
+        for out, first, second in ((lo, u[0], u[min(1, len(u) - 1)]), (hi, u[-1], u[max(len(u) - 2, 0)])):
+            alone = (v == first) & ((v == first).sum() == 1)
+            out[:, j] = np.where(alone, second, first)
+    return lo, hi
+
+
+def tree_nearest(train: np.ndarray, query: np.ndarray, k: int):
+    """moesim.perf.profile.residual.nearest through a k-d tree (scipy; the fit only): same neighbours."""
+    k = max(1, min(k, len(train)))
+    dist, idx = cKDTree(train).query(query, k)
+    return np.asarray(idx).reshape(len(query), k), np.asarray(dist).reshape(len(query), k)
+
+
+def fold_params(data, parts, x0=None) -> list:
+    """The physics params of each grouped fold (fitted on the other folds)."""
+    n = len(data.t)
+    return [data.fit(np.setdiff1d(np.arange(n), test), x0) if len(test) else None for test in parts]
+
+
+def residual_cv(data, points: np.ndarray, parts, params) -> dict:
+    """Held-out relative errors per row: {'physics', 'grouped', 'loso'} (NaN where not predicted)."""
+    n = len(data.t)
+    out = {k: np.full(n, np.nan) for k in ("physics", "grouped", "loso")}
+    u, inv = np.unique(np.round(points, 9), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    zu = u / RS.axis_steps(u)
+    idx, dist = tree_nearest(zu, zu, RS.K_NEAREST + 1)  # column 0 is the shape itself: dropped
+    idx, dist = idx[:, 1:], dist[:, 1:]
+    w_loso = RS.hull_weight(zu, *_box_without_self(zu))  # the box of the other shapes
+    all_rows = np.arange(n)
+    for test, p in zip(parts, params):
+        if p is None or len(test) == 0:
+            continue
+        pred = data.predict(p, all_rows)
+        logr = np.log(data.t / pred)
+        out["physics"][test] = pred[test] / data.t[test] - 1.0
+        train = np.setdiff1d(all_rows, test)
+        model = RS.Residual(range(points.shape[1]), points[train], logr[train])
+        lf = model.log_factor(points[test] / model.steps, tree_nearest)
+        out["grouped"][test] = pred[test] * np.exp(lf) / data.t[test] - 1.0
+        _, med = RS.dedup(points, logr)  # every shape's residual under this fold's physics
+        lf_u = w_loso * RS.neighbour_median(med, idx, dist)  # neighbours: the OTHER shapes only
+        out["loso"][test] = pred[test] * np.exp(lf_u[inv[test]]) / data.t[test] - 1.0
+    return out
+
+
+def err_stats(errs: np.ndarray, size: np.ndarray, decode_max: float) -> dict:
+    """median / p90 |error| % over all rows and the decode-sized subset."""
+    e = np.abs(errs) * 100.0
+    ok = np.isfinite(e)
+    small = ok & (size <= decode_max)
+
+    def stat(mask, q):
+        return _r(np.percentile(e[mask], q), 3) if mask.any() else None
+
+    return {
+        "median_abs_pct": stat(ok, 50),
+        "p90_abs_pct": stat(ok, 90),
+        "decode_median_abs_pct": stat(small, 50),
+        "decode_p90_abs_pct": stat(small, 90),
+    }
+
+
+def residual_arrays(data, points: np.ndarray, p) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct log shapes, median log residual of each) under the all-rows physics params p."""
+    logr = np.log(data.t / data.predict(p, np.arange(len(data.t))))
+    return RS.dedup(points, logr)
+
+
+def attach(entry: dict, key: str, axes, points: np.ndarray, logr: np.ndarray) -> None:
+    """The entry's `residual` block (file and sha256 filled when the profile is written)."""
+    model = RS.Residual(axes, points, logr)
+    entry["residual"] = {"key": key, "axes": list(axes), "points": len(model.logr), "_data": model}
+
+
+def collect(profile: dict) -> dict:
+    """{key: (points, logr)} of every in-memory residual block of a profile's kernel entries."""
+    out = {}
+    for e in (profile.get("kernels") or {}).values():
+        for v in [e, *(e.get("variants") or [])]:
+            b = v.get("residual")
+            if b and b.get("_data") is not None:
+                out[b["key"]] = (b["_data"].points, b["_data"].logr)
+    return out
+
+
+def finalize(profile: dict, file_name: str, sha: str) -> None:
+    """Point every residual block at the written side-car file (drops the in-memory arrays)."""
+    for e in (profile.get("kernels") or {}).values():
+        for v in [e, *(e.get("variants") or [])]:
+            b = v.get("residual")
+            if b:
+                b.pop("_data", None)
+                b.update(file=file_name, sha256=sha)
