@@ -42,7 +42,8 @@ PEAK = "peak"  # constant (eta_c, eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
-KERNEL_MODELS = (OVERLAP, PEAK)
+MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
+KERNEL_MODELS = (OVERLAP, PEAK, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
 DEFAULT_DTYPE = {
@@ -99,6 +100,14 @@ PARAMS = {
         "nvlink_GBps": GBPS._replace(optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
+    MLA_V2: {
+        "alpha_us": US,
+        "eta_c": ETA,
+        "eta_m": ETA,
+        "cta_us": US,
+        "sat": ETA,
+        "pass_eta": ETA._replace(optional=True),
+    },
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -243,6 +252,10 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
     if not isinstance(e, dict) or e.get("model") not in KERNEL_MODELS or not isinstance(e.get("params"), dict):
         c.fail(f"kernels.{fam}: needs `model` ({' or '.join(KERNEL_MODELS)}) and `params`")
     c.fields(f"kernels.{fam}.params", e["params"], PARAMS[e["model"]])
+    for name, v in c.mapping(e.get("variants"), f"kernels.{fam}.variants").items():  # mla_v2: per phase / dtype
+        if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
+            c.fail(f"kernels.{fam}.variants.{name}: needs `params`")
+        c.fields(f"kernels.{fam}.variants.{name}.params", v["params"], PARAMS[e["model"]])
     meas = e.get("measurements")
     if meas is None:
         return

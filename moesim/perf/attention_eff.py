@@ -1,0 +1,98 @@
+"""Attention kernel time model `mla_v2` (MLA decode, MLA prefill, MHA/GQA attention), shared by
+the calibration fit (moesim.calibration.fit.attention) and the profile reader. Vectorized numpy.
+
+    T = alpha + cta_s * waves + (waves * SMs / CTAs) * max(F / (P * eta_c), B / (W * eta_m))
+
+- alpha: the fixed per-call floor beyond launch (decode: KV append of the new token, split-KV
+  metadata and combine kernels, FlashMLA get_mla_metadata / FA3 scheduler), fitted.
+- CTAs and waves = ceil(CTAs / SMs): the kernel's grid. Decode (FlashMLA, FA3 with PackGQA):
+  64 query rows (s_q x heads sharing one KV head) per CTA, the KV sequence split across SMs to
+  fill them (split-KV, at least SPLIT_KV_MIN keys per split); prefill (FA3): one CTA per 128
+  query rows of one head. A wave runs at the per-SM share of the ceilings, so below one wave the
+  speed is linear in CTAs and a partial last wave costs a whole one (wave quantization, not an
+  exponential saturation); cta_s is each wave's fixed cost (prologue: Q tile load; epilogue).
+- F, B: the workload's one formula per concept (moesim.workload.attention); decode reads the KV
+  once per 64-row query tile (two tiles at 128 heads) and the split-KV combine writes and reads
+  FP32 partial outputs per split. eta_c, eta_m: measured compute / HBM ceilings (fitted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.workload.attention import gqa_decode_work, gqa_prefill_work, mla_decode_work, mla_prefill_work
+
+DECODE_TILE_ROWS = 64.0  # FlashMLA / FA3 decode: 64 query rows per CTA (FlashMLA README, FA3 PackGQA)
+PREFILL_TILE_ROWS = 128.0  # FA3 Hopper forward: kBlockM = 128 query rows per CTA
+SPLIT_KV_MIN = 256.0  # keys per KV split at least (FA3 num_splits_heuristic: n-blocks of 128-176)
+PARTIAL_BYTES = 4.0  # split-KV partial outputs are FP32 (written by the split, read by the combine)
+# MLA geometry of the measured kernels (DeepSeek-V3: kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128)
+MLA_DIMS = {"latent": 512, "rope": 64, "qk_nope": 128, "v_head": 128}
+ATTN_FAMILIES = ("mla_decode", "mla_prefill", "attention")
+
+
+def _a(x, default=1.0):
+    return np.asarray(default if x is None else x, float)
+
+
+def decode_grid(batch, q_len, heads, kv_heads, context, sms, split_kv=SPLIT_KV_MIN):
+    """(CTAs, query tiles per KV head, splits) of a split-KV decode kernel."""
+    b, s, h, kvh, c = _a(batch), _a(q_len), _a(heads), np.maximum(_a(kv_heads), 1.0), _a(context)
+    rows = np.maximum(s * h / kvh, 1.0)  # query rows sharing one KV head (PackGQA)
+    reads = np.ceil(rows / DECODE_TILE_ROWS)
+    tiles = np.maximum(b, 1.0) * kvh * reads
+    splits = np.clip(np.floor(float(sms) / tiles), 1.0, np.maximum(np.ceil(c / split_kv), 1.0))
+    return tiles * splits, reads, splits
+
+
+def waves_of(ctas, sms):
+    return np.ceil(np.maximum(ctas, 1.0) / float(sms))
+
+
+def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLIT_KV_MIN):
+    """(F, B, CTAs, KV elements read, split-KV (1/0)) of one measured attention kernel call; shape: batch, q_len, heads, context,
+    groups (KV heads) and k (head dim) for MHA/GQA, prefill (bool) for `attention`."""
+    b, s, h, c = (_a(shape.get(k)) for k in ("batch", "q_len", "heads", "context"))
+    prefill = family == "mla_prefill" or (family == "attention" and bool(shape.get("prefill")))
+    if family == "mla_decode":
+        dims = MLA_DIMS
+        F, kv, q_in, out = mla_decode_work(b, s, h, c, latent=dims["latent"], rope=dims["rope"], kv_bytes=kv_bytes)
+        ctas, reads, splits = decode_grid(b, s, h, 1.0, c, sms, split_kv)
+    elif family == "mla_prefill":
+        d = MLA_DIMS
+        F, act = mla_prefill_work(
+            b * s, h, c, qk_head_dim=d["qk_nope"] + d["rope"], v_head_dim=d["v_head"],
+            latent=d["latent"], rope=d["rope"], kv_bytes=kv_bytes,
+        )  # fmt: skip
+        return F, act, b * h * np.ceil(s / PREFILL_TILE_ROWS), b * c * 0.0, b * 0.0
+    else:
+        kvh, hd = _a(shape.get("groups"), shape.get("heads")), _a(shape.get("k"), 128.0)
+        if prefill:
+            F, act = gqa_prefill_work(b * s, h, kvh, hd, c, kv_bytes=kv_bytes)
+            return F, act, b * h * np.ceil(s / PREFILL_TILE_ROWS), b * c * 0.0, b * 0.0
+        F, kv, act = gqa_decode_work(b, s, h, kvh, hd, c, kv_bytes=kv_bytes)
+        q_in, out = act / 2.0, act / 2.0
+        ctas, reads, splits = decode_grid(b, s, h, kvh, c, sms, split_kv)
+    dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
+    combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
+    # the query tiles of one KV head run concurrently and share its KV through L2: read once
+    return F, kv + q_in + out + combine, ctas, kv / kv_bytes, (splits > 1).astype(float)
+
+
+def attn_time(F, B, ctas, split, peak, bw, sms, alpha_us, eta_c, eta_m, cta_us, sat=1.0, combine_us=0.0):
+    """T of the mla_v2 model (module docstring), seconds; split (0/1): a split-KV combine kernel runs."""
+    ctas = np.maximum(np.asarray(ctas, float), 1.0)
+    waves = waves_of(ctas, sms)
+    # below sat * SMs CTAs the kernel cannot fill the memory system: speed linear in CTAs; above
+    # one wave a partial last wave costs a whole one
+    fill = np.where(ctas >= sms, waves * float(sms) / ctas, np.maximum(1.0, sat * float(sms) / ctas))
+    main = np.maximum(np.asarray(F, float) / (peak * eta_c), np.asarray(B, float) / (bw * eta_m))
+    return (alpha_us + combine_us * np.asarray(split, float)) * 1e-6 + cta_us * 1e-6 * waves + fill * main
+
+
+def kv_pass_time(kv_elems, kv_bytes, bw, pass_eta):
+    """An unfused KV up-cast pass (read the FP8 cache, write BF16) before a BF16 attention kernel,
+    where the engine runs one (SGLang FA3 MLA with an FP8 KV cache); 0 where pass_eta is 0/None."""
+    if not pass_eta:
+        return 0.0
+    return np.asarray(kv_elems, float) * (kv_bytes + 2.0) / (bw * pass_eta)
