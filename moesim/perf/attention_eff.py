@@ -1,7 +1,8 @@
 """Attention kernel time model `mla_v2` (MLA decode, MLA prefill, MHA/GQA attention), shared by
 the calibration fit (moesim.calibration.fit.attention) and the profile reader. Vectorized numpy.
 
-    T = alpha + cta_s * waves + (waves * SMs / CTAs) * max(F / (P * eta_c), B / (W * eta_m))
+    T = alpha + combine [split-KV] + cta_s * waves + fill * smax_q(F / (P * eta_c), B / (W * eta_m))
+    fill = waves * SMs / CTAs above one wave, max(1, sat * SMs / CTAs) below
 
 - alpha: the fixed per-call floor beyond launch (decode: KV append of the new token, split-KV
   metadata and combine kernels, FlashMLA get_mla_metadata / FA3 scheduler), fitted.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.perf.efficiency import dtype_bytes, smax
 from moesim.workload.attention import gqa_decode_work, gqa_prefill_work, mla_decode_work, mla_prefill_work
 
 DECODE_TILE_ROWS = 64.0  # FlashMLA / FA3 decode: 64 query rows per CTA (FlashMLA README, FA3 PackGQA)
@@ -79,15 +81,26 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
     return F, kv + q_in + out + combine, ctas, kv / kv_bytes, (splits > 1).astype(float)
 
 
-def attn_time(F, B, ctas, split, peak, bw, sms, alpha_us, eta_c, eta_m, cta_us, sat=1.0, combine_us=0.0):
-    """T of the mla_v2 model (module docstring), seconds; split (0/1): a split-KV combine kernel runs."""
+def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
+    """T of the mla_v2 model (module docstring), seconds, for the params p (schema PARAMS[mla_v2]);
+    split (0/1): a split-KV combine kernel runs. q combines the compute and memory terms
+    (efficiency.smax): inf = max (one fused kernel), 1 = sum (a memory-bound pass serial with the
+    attention kernel, e.g. SGLang's MLA prefill). floor_us: a minimum call time the work hides
+    (host-side launch of the call's kernels overlapping the GPU work)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
-    # below sat * SMs CTAs the kernel cannot fill the memory system: speed linear in CTAs; above
-    # one wave a partial last wave costs a whole one
-    fill = np.where(ctas >= sms, waves * float(sms) / ctas, np.maximum(1.0, sat * float(sms) / ctas))
-    main = np.maximum(np.asarray(F, float) / (peak * eta_c), np.asarray(B, float) / (bw * eta_m))
-    return (alpha_us + combine_us * np.asarray(split, float)) * 1e-6 + cta_us * 1e-6 * waves + fill * main
+    # math runs on the SMs the grid occupies (a partial last wave costs a whole one); memory is
+    # saturated by sat * SMs CTAs already (below that, speed linear in CTAs)
+    c_fill = waves * float(sms) / ctas
+    m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, p.get("sat", 1.0) * float(sms) / ctas))
+    q = p.get("q")
+    main = smax(
+        c_fill * np.asarray(F, float) / (peak * p["eta_c"]),
+        m_fill * np.asarray(B, float) / (bw * p["eta_m"]),
+        np.inf if q is None else float(q),
+    )
+    fixed = p["alpha_us"] + p.get("combine_us", 0.0) * np.asarray(split, float) + p["cta_us"] * waves
+    return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
 
 
 def kv_pass_time(kv_elems, kv_bytes, bw, pass_eta):
@@ -96,3 +109,32 @@ def kv_pass_time(kv_elems, kv_bytes, bw, pass_eta):
     if not pass_eta:
         return 0.0
     return np.asarray(kv_elems, float) * (kv_bytes + 2.0) / (bw * pass_eta)
+
+
+def pick_variant(family: str, entry: dict, shape: dict) -> dict:
+    """The params of a fitted mla_v2 entry for a shape: the variant of its phase and KV dtype
+    (`<dtype>` or `<context|generation>.<dtype>`), else one of its phase, else the entry's main."""
+    variants = entry.get("variants") or {}
+    kv = str(getattr(shape.get("kv_dtype"), "value", shape.get("kv_dtype")) or entry.get("dtype") or "bf16").lower()
+    phase = "context" if family == "mla_prefill" or shape.get("prefill") else "generation"
+    for key in (f"{phase}.{kv}", kv):
+        if key in variants:
+            return variants[key]["params"]
+    same_phase = sorted(k for k in variants if k.startswith(phase + "."))
+    return variants[same_phase[0]]["params"] if family == "attention" and same_phase else entry["params"]
+
+
+def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
+    """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
+    side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak."""
+    p = pick_variant(family, entry, shape)
+    kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
+    kvb = dtype_bytes(kv, 2.0)
+    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
+    t_roof = np.maximum(F / peak, B / bw)
+    if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
+        F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
+        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p) + kv_pass_time(kv_elems, kvb, bw, p["pass_eta"])
+    else:
+        t = attn_time(F, B, ctas, split, peak, bw, sms, p)
+    return t, t_roof

@@ -60,7 +60,9 @@ def gqa_decode_work(batch, q_len, heads, kv_heads, head_dim, context, *, kv_byte
     return flops, kv, t * heads * head_dim * 2.0 * 2.0
 
 
-def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill) -> OpWork:
+def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill, **geometry) -> OpWork:
+    """The attention core op; its shape names the kernel's geometry for the calibrated kernel models
+    (moesim.perf.attention_eff): KV cache dtype, and for MHA/GQA the KV heads (groups) and head dim (k)."""
     return OpWork(
         name,
         OpKind.ATTENTION,
@@ -69,7 +71,15 @@ def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, 
         flops=flops,
         bytes_kv=kv,
         bytes_act=act,
-        shape={"batch": batch, "q_len": q_len, "context": context, "heads": heads, "prefill": prefill},
+        shape={
+            "batch": batch,
+            "q_len": q_len,
+            "context": context,
+            "heads": heads,
+            "prefill": prefill,
+            "kv_dtype": model.precision.kv_dtype.value,
+            **geometry,
+        },
         tags=CORE_TAGS,
     )
 
@@ -109,11 +119,24 @@ def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) ->
     if prefill:
         flops, act = gqa_prefill_work(t, h, kvh, hd, context, kv_bytes=kvb)
         q = t / np.maximum(b_req, 1e-9)
-        return _core(model, "attn_core", flops, act=act, batch=b_req, q_len=q, context=context, heads=h, prefill=True)
+        return _core(
+            model,
+            "attn_core",
+            flops,
+            act=act,
+            batch=b_req,
+            q_len=q,
+            context=context,
+            heads=h,
+            prefill=True,
+            groups=kvh,
+            k=hd,
+        )
     flops, kv, act = gqa_decode_work(b_req, q_len, h, kvh, hd, context, kv_bytes=kvb, tokens=t)
     return _core(
-        model, "attn_core", flops, act=act, kv=kv, batch=b_req, q_len=q_len, context=context, heads=h, prefill=False
-    )
+        model, "attn_core", flops, act=act, kv=kv, batch=b_req, q_len=q_len, context=context, heads=h, prefill=False,
+        groups=kvh, k=hd,
+    )  # fmt: skip
 
 
 def _bmm(name, t, h, n, k, *, w_bytes, a_bytes, dtype, stage) -> OpWork:

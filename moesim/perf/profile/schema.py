@@ -107,6 +107,7 @@ PARAMS = {
         "cta_us": US,
         "sat": ETA,
         "pass_eta": ETA._replace(optional=True),
+        "q": Num(1.0, optional=True, inf_ok=True),
     },
 }
 LAUNCH = {"us": US._replace(optional=True)}

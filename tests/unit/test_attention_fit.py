@@ -1,0 +1,140 @@
+"""The mla_v2 attention kernel model (moesim.perf.attention_eff) and its fit
+(moesim.calibration.fit.attention): floors, KV bytes, wave steps, recovery of synthetic parameters,
+the profile schema and the reader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moesim.calibration.fit import attention as FA
+from moesim.errors import CalibrationError
+from moesim.perf import attention_eff as A
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.reader import Profile
+
+SMS, PEAK, BW = 132, 989e12, 4.8e12
+P = {"alpha_us": 6.0, "eta_c": 0.6, "eta_m": 0.85, "cta_us": 5.0, "sat": 0.3, "combine_us": 4.0, "q": np.inf}
+
+
+class _Peaks:
+    sms, hbm_Bps = SMS, BW
+
+    def peak(self, dtype):
+        return {"bf16": PEAK, "fp8": 2 * PEAK}[dtype]
+
+
+def _decode(batch, context, heads=128.0, kvb=2.0):
+    shape = {"batch": batch, "q_len": 1.0, "heads": heads, "context": context}
+    return A.attn_work("mla_decode", shape, kvb, SMS)
+
+
+def _t(work, p=P):
+    F, B, ctas, _, split = work
+    return A.attn_time(F, B, ctas, split, PEAK, BW, SMS, p)
+
+
+def test_alpha_floor_at_tiny_shapes():
+    t = _t(_decode(1.0, 1.0, heads=16.0))
+    # one CTA, no split: the per-call floor plus one wave's fixed cost; the work itself is small
+    assert t == pytest.approx((P["alpha_us"] + P["cta_us"]) * 1e-6, rel=0.05)
+    floor = {**P, "floor_us": 30.0}
+    assert _t(_decode(1.0, 1.0), floor) == pytest.approx(30e-6)
+
+
+def test_kv_bytes_linear_in_context_and_dtype():
+    c = np.array([1024.0, 2048.0, 4096.0])
+    _, B, ctas, kv_elems, split = _decode(256.0, c)  # 512 query tiles >= SMs: no split-KV
+    assert np.all(split == 0)
+    assert np.allclose(np.diff(B), np.diff(B)[0] * np.array([1.0, 2.0]))
+    assert np.allclose(kv_elems, 256 * c * 576)
+    _, B8, *_ = _decode(256.0, c, kvb=1.0)
+    assert np.allclose(B - B8, 256 * c * 576)  # FP8 KV halves the cache bytes, queries stay BF16
+
+
+def test_split_kv_fills_the_sms_and_adds_the_combine():
+    ctas, tiles, splits = A.decode_grid(1.0, 1.0, 128.0, 1.0, np.array([64.0, 65536.0]), SMS)
+    assert list(splits) == [1.0, 66.0] and list(ctas) == [2.0, 132.0]
+    t_short, t_long = _t(_decode(1.0, np.array([64.0, 65536.0])))
+    assert t_long > t_short + P["combine_us"] * 1e-6
+
+
+def test_wave_step_and_linear_speed_below_one_wave():
+    p = {**P, "alpha_us": 0.0, "cta_us": 0.0}
+    F = np.array([1e9, 2e9, 132e9, 133e9])
+    ctas = np.array([1.0, 2.0, 132.0, 133.0])
+    t = A.attn_time(F, np.zeros(4), ctas, np.zeros(4), PEAK, BW, SMS, p)
+    assert t[0] == pytest.approx(t[1])  # below one wave: twice the CTAs, twice the work, same time
+    assert t[3] / t[2] == pytest.approx(2.0)  # one CTA past a wave (same work per CTA): a whole wave more
+
+
+def _synthetic_rows(p, kvb=2.0, dtype="bf16"):
+    b, c, h = np.meshgrid([1.0, 4.0, 16.0, 64.0, 256.0], 2.0 ** np.arange(1, 17), [16.0, 64.0, 128.0])
+    b, c, h = b.ravel(), c.ravel(), h.ravel()
+    t = _t(A.attn_work("mla_decode", {"batch": b, "q_len": 1.0, "heads": h, "context": c}, kvb, SMS), p)
+    n = len(t)
+    return pd.DataFrame(
+        {
+            "kernel": "mla_decode",
+            "backend": "synthetic",
+            "mode": "generation",
+            "dtype": dtype,
+            "batch": b,
+            "q_len": np.ones(n),
+            "heads": h,
+            "context": c,
+            "groups": np.nan,
+            "k": np.nan,
+            "time_s": t,
+            "exclude": "",
+            "source": "synthetic",
+        }
+    )
+
+
+def test_fit_recovers_synthetic_parameters():
+    df = _synthetic_rows(P)
+    notes: list = []
+    e = FA.fit_attention_family(df, "mla_decode", _Peaks(), "h200", notes)
+    got = e["params"]
+    for name in ("alpha_us", "eta_c", "eta_m", "cta_us", "combine_us"):
+        assert got[name] == pytest.approx(P[name], rel=0.03), name
+    assert e["model"] == S.MLA_V2 and e["cv"]["median_abs_pct"] < 1.0 and e["cv"]["p90_abs_pct"] < 2.0
+    assert e["cv"]["small"]["rows"] > 0 and e["variant"] == "bf16"
+
+
+def _profile(entry):
+    data = {"schema_version": 1, "gpu": "h200", "roofline": {"sms": SMS, "hbm_bw_GBps": 4800, "tflops": {"bf16": 989}}}
+    data["kernels"] = {"mla_decode": entry}
+    S.validate(data, "test")
+    return Profile(S.fill_sections(data))
+
+
+def _entry(**variants):
+    params = {k: v for k, v in P.items() if k != "q"}
+    return {
+        "status": "fitted",
+        "gpu": "h200",
+        "model": S.MLA_V2,
+        "dtype": "bf16",
+        "params": params,
+        "variants": {k: {"params": {**params, **v}} for k, v in variants.items()},
+    }
+
+
+def test_reader_prices_the_fitted_time_and_picks_the_kv_dtype_variant():
+    prof = _profile(_entry(bf16={}, fp8={"eta_m": 0.2}))
+    shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=16.0, context=8192.0)
+    t = prof.kernel_time("mla_decode", **shape)
+    assert np.allclose(t, _t(_decode(shape["batch"], 8192.0, heads=16.0)))
+    eta, eta_m = prof.kernel_efficiency("mla_decode", **shape)
+    assert np.all((eta > 0) & (eta <= 1)) and np.array_equal(eta, eta_m)
+    t8 = prof.kernel_time("mla_decode", **shape, kv_dtype="fp8")
+    assert t8[1] > t[1]  # the fp8 variant's measured HBM ceiling is lower than bf16's here
+
+
+def test_schema_checks_variant_params():
+    bad = _entry(fp8={"eta_m": 1.5})
+    with pytest.raises(CalibrationError, match=r"variants\.fp8\.params\.eta_m"):
+        _profile(bad)
