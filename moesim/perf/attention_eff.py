@@ -112,16 +112,21 @@ def kv_pass_time(kv_elems, kv_bytes, bw, pass_eta):
 
 
 def pick_variant(family: str, entry: dict, shape: dict) -> dict:
-    """The params of a fitted mla_v2 entry for a shape: the variant of its phase and KV dtype
-    (`<dtype>` or `<context|generation>.<dtype>`), else one of its phase, else the entry's main."""
+    """The params of a fitted mla_v2 entry for a shape: the variant of its phase, KV dtype (and, for
+    MHA/GQA, the nearest fitted head dim: `<phase>.<dtype>.d<head dim>`), else one of its phase,
+    else the entry's main params. The head dim must be one number for the whole shape."""
     variants = entry.get("variants") or {}
     kv = str(getattr(shape.get("kv_dtype"), "value", shape.get("kv_dtype")) or entry.get("dtype") or "bf16").lower()
     phase = "context" if family == "mla_prefill" or shape.get("prefill") else "generation"
-    for key in (f"{phase}.{kv}", kv):
-        if key in variants:
-            return variants[key]["params"]
-    same_phase = sorted(k for k in variants if k.startswith(phase + "."))
-    return variants[same_phase[0]]["params"] if family == "attention" and same_phase else entry["params"]
+    if family != "attention":
+        return variants[kv]["params"] if kv in variants else entry["params"]
+    hd = float(np.max(_a(shape.get("k"), 128.0)))
+    for prefix in (f"{phase}.{kv}.d", f"{phase}."):
+        dims = [k for k in variants if k.startswith(prefix)]
+        if dims:
+            best = min(dims, key=lambda k: (abs(np.log(float(k.rsplit(".d", 1)[1]) / hd)), k))
+            return variants[best]["params"]
+    return entry["params"]
 
 
 def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
