@@ -138,3 +138,35 @@ def test_schema_checks_variant_params():
     bad = _entry(fp8={"eta_m": 1.5})
     with pytest.raises(CalibrationError, match=r"variants\.fp8\.params\.eta_m"):
         _profile(bad)
+
+
+def test_build_profile_writes_an_mla_v2_entry_the_reader_prices(tmp_path):
+    from moesim.calibration.fit.peaks import Peaks
+    from moesim.calibration.fit.profile import build_profile, write_profile
+    from moesim.calibration.records import COLUMNS
+    from moesim.perf.profile.reader import load_profile
+    from moesim.specs.loader import load_hardware
+
+    hw = load_hardware("h200")
+    rows = _synthetic_rows(P)
+    df = pd.DataFrame({c: rows[c] if c in rows else "" for c in COLUMNS})
+    for c in ("m", "n", "tokens", "tflops", "GBps", "bytes", "ep", "sms"):
+        df[c] = np.nan
+    prof = build_profile(df, "h200", Peaks.from_hardware(hw))
+    e = prof["kernels"]["mla_decode"]
+    assert e["model"] == S.MLA_V2 and e["cv"]["p90_abs_pct"] < 2.0
+    write_profile(prof, tmp_path / "h200.yaml")
+    p = load_profile(hw, tmp_path / "h200.yaml")
+    shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=128.0, context=4096.0)
+    assert np.allclose(p.kernel_time("mla_decode", **shape), _t(_decode(shape["batch"], 4096.0)), rtol=0.02)
+
+
+def test_mha_variant_is_picked_by_phase_dtype_and_nearest_head_dim():
+    e = {"params": {"tag": 0}, "variants": {k: {"params": {"tag": i}} for i, k in enumerate(
+        ["generation.bf16.d64", "generation.bf16.d128", "context.bf16.d128", "generation.fp8.d256"])}}  # fmt: skip
+    pick = A.pick_variant
+    assert pick("attention", e, {"k": 120.0, "kv_dtype": "bf16"})["tag"] == 1
+    assert pick("attention", e, {"k": 64.0, "kv_dtype": "bf16"})["tag"] == 0
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "bf16", "prefill": True})["tag"] == 2
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp8"})["tag"] == 3  # the only fp8 head dim
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp4", "prefill": True})["tag"] == 2  # same phase
