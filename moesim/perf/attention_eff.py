@@ -103,12 +103,19 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
     return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
 
 
-def kv_pass_time(kv_elems, kv_bytes, bw, pass_eta):
-    """An unfused KV up-cast pass (read the FP8 cache, write BF16) before a BF16 attention kernel,
-    where the engine runs one (SGLang FA3 MLA with an FP8 KV cache); 0 where pass_eta is 0/None."""
-    if not pass_eta:
+def pass_time(elems, bytes_per_elem, bw, eta):
+    """An unfused memory pass the engine runs beside the attention kernel: the KV up-cast (read the
+    FP8 cache, write BF16: kv_bytes + 2 per element; SGLang FA3 MLA with an FP8 KV cache) or the
+    query FP8 quantization (read BF16, write FP8: 3 per element; TRT-LLM's FP8 MLA generation)."""
+    if not eta:
         return 0.0
-    return np.asarray(kv_elems, float) * (kv_bytes + 2.0) / (bw * pass_eta)
+    return np.asarray(elems, float) * bytes_per_elem / (bw * eta)
+
+
+def q_elems(family: str, shape: dict):
+    """Query elements of a call: rows (batch x q_len x heads) x the QK head dim."""
+    d = MLA_DIMS["latent"] + MLA_DIMS["rope"] if family.startswith("mla") else _a(shape.get("k"), 128.0)
+    return _a(shape.get("batch")) * _a(shape.get("q_len")) * _a(shape.get("heads")) * d
 
 
 def pick_variant(family: str, entry: dict, shape: dict) -> dict:
@@ -139,7 +146,8 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
     t_roof = np.maximum(F / peak, B / bw)
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
-        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p) + kv_pass_time(kv_elems, kvb, bw, p["pass_eta"])
+        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
     else:
         t = attn_time(F, B, ctas, split, peak, bw, sms, p)
+        t = t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
     return t, t_roof

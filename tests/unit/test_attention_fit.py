@@ -170,3 +170,16 @@ def test_mha_variant_is_picked_by_phase_dtype_and_nearest_head_dim():
     assert pick("attention", e, {"k": 128.0, "kv_dtype": "bf16", "prefill": True})["tag"] == 2
     assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp8"})["tag"] == 3  # the only fp8 head dim
     assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp4", "prefill": True})["tag"] == 2  # same phase
+
+
+def test_unfused_passes_add_their_bytes_at_their_ceiling():
+    shape = {"batch": 64.0, "q_len": 1.0, "heads": 128.0, "context": 2.0, "kv_dtype": "fp8"}
+    base = {k: v for k, v in P.items()}
+    t0, _ = A.entry_time("mla_decode", {"params": base}, shape, PEAK, BW, SMS)
+    tq, _ = A.entry_time("mla_decode", {"params": {**base, "qpass_eta": 0.5}}, shape, PEAK, BW, SMS)
+    assert tq - t0 == pytest.approx(64 * 128 * 576 * 3.0 / (BW * 0.5))  # read BF16 queries, write FP8
+    shape.update(context=65536.0, heads=16.0)  # memory-bound
+    t0, _ = A.entry_time("mla_decode", {"params": base}, shape, PEAK, BW, SMS)
+    tk, _ = A.entry_time("mla_decode", {"params": {**base, "pass_eta": 0.25}}, shape, PEAK, BW, SMS)
+    cast = 64 * 65536 * 576 * 3.0 / (BW * 0.25)  # read the FP8 cache, write a BF16 copy
+    assert tk > t0 + cast  # ... and the kernel then reads the BF16 copy (twice the FP8 bytes)

@@ -49,27 +49,33 @@ def _rows(df: pd.DataFrame, family: str, notes: list) -> pd.DataFrame:
     return d[d.backend == best].reset_index(drop=True)
 
 
-def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kv_pass: bool = False, split_kv=A.SPLIT_KV_MIN):
+PASSES = {"kv": "pass_eta", "q": "qpass_eta"}  # unfused pass kinds (attention_eff.pass_time) -> param
+
+
+def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, split_kv=A.SPLIT_KV_MIN):
     """(F, B, CTAs, KV elements, KV bytes) of the rows (moesim.perf.attention_eff.attn_work); with
-    kv_pass the kernel reads a BF16 copy of the cache made by an unfused up-cast pass."""
+    kind "kv" the kernel reads a BF16 copy of the cache made by an unfused up-cast pass; "q": the
+    queries are quantized to FP8 by an unfused pass; None: no pass."""
     shape = {c: d[c].values for c in ("batch", "q_len", "heads", "context", "groups", "k") if c in d}
     if family == "attention":
         shape["groups"] = np.where(np.isfinite(d.groups.values), d.groups.values, d.heads.values)
         shape["k"] = np.where(np.isfinite(d.k.values), d.k.values, 128.0)
         shape["prefill"] = str(d["mode"].iloc[0]) == "context"
     kvb = dtype_bytes(dtype, 2.0)
-    F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kv_pass else kvb, sms, split_kv)
-    return F, B, ctas, split, kv_elems, (kvb if kv_pass else 0.0)
+    F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
+    if kind == "q":
+        return F, B, ctas, split, A.q_elems(family, shape), 3.0
+    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0)
 
 
 Q_CHOICES = (np.inf, 2.0, 1.0)  # compute/memory combination: max, 2-norm, sum; chosen by held-out error
 
 
 def _predict(p, w, idx, peak, bw, sms, q=np.inf):
-    F, B, ctas, split, kv_elems, pass_bytes = w
+    F, B, ctas, split, pass_elems, pass_bytes = w
     params = dict(zip(PARAM_NAMES, p), q=q)
     t = A.attn_time(F[idx], B[idx], ctas[idx], split[idx], peak, bw, sms, params)
-    return t + (A.kv_pass_time(kv_elems[idx], pass_bytes, bw, p[NP - 1]) if pass_bytes else 0.0)
+    return t + (A.pass_time(pass_elems[idx], pass_bytes, bw, p[NP - 1]) if pass_bytes else 0.0)
 
 
 MAX_FIT_ROWS = 3000  # big tables are fitted on a fixed random subset (errors are scored on every row)
@@ -142,27 +148,27 @@ def cv_block(errs, folds: int, small) -> dict:
 
 
 def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms):
-    """(work arrays, q): how compute and memory combine (q) and, for a sub-16-bit KV cache in decode,
-    whether the engine up-casts it in a separate pass; chosen by the robust in-sample cost on all
+    """(work arrays, q, pass kind): how compute and memory combine (q) and, for a sub-16-bit KV cache
+    in decode, whether the engine runs an unfused KV up-cast or query-quantization pass; chosen by the robust in-sample cost on all
     rows (a choice must cut it by 5 %: these are structural choices, not extra freedom)."""
     t = d.time_s.values.astype(float)
     idx = np.arange(len(t))
     decode = family == "mla_decode" or (family == "attention" and str(d["mode"].iloc[0]) != "context")
     best = None
-    for kv_pass in (False, True) if decode and dtype_bytes(dtype, 2.0) < 2 else (False,):
-        w = work_arrays(d, family, dtype, sms, kv_pass)
+    for kind in (None, "kv", "q") if decode and dtype_bytes(dtype, 2.0) < 2 else (None,):
+        w = work_arrays(d, family, dtype, sms, kind)
         for q in Q_CHOICES:
             r = np.log(_predict(_fit(w, t, idx, peak, bw, sms, q), w, idx, peak, bw, sms, q) / t)
             cost = float(np.sum(np.sqrt(1.0 + (r / 0.05) ** 2) - 1.0))  # the fit's soft-L1 cost
             if best is None or cost < 0.95 * best[0]:
-                best = (cost, w, q)
-    return best[1], best[2]
+                best = (cost, w, q, kind)
+    return best[1:]
 
 
 def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float, sms: int) -> dict:
     """One variant's params, CV block, row count and the worst held-out residuals."""
     t = d.time_s.values.astype(float)
-    w, q = _structure(d, family, dtype, peak, bw, sms)
+    w, q, kind = _structure(d, family, dtype, peak, bw, sms)
     errs, k = grouped_cv(w, t, shape_groups(d), peak, bw, sms, q)
     p = _fit(w, t, np.arange(len(t)), peak, bw, sms, q)
     fitted = _predict(p, w, np.arange(len(t)), peak, bw, sms, q)
@@ -170,7 +176,8 @@ def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float
     worst = np.argsort(-np.nan_to_num(np.abs(errs)))[:5]
     return {
         "params": {
-            **{n: _r(v, 5) for n, v in zip(PARAM_NAMES, p) if n != "pass_eta" or v > 0},
+            **{n: _r(v, 5) for n, v in zip(PARAM_NAMES[:-1], p)},
+            **({PASSES[kind]: _r(p[-1], 5)} if kind else {}),
             "q": float(q) if np.isfinite(q) else float("inf"),
         },
         "rows": len(t),

@@ -106,7 +106,8 @@ PARAMS = {
         "eta_m": ETA,
         "cta_us": US,
         "sat": ETA,
-        "pass_eta": ETA._replace(optional=True),
+        "pass_eta": ETA._replace(optional=True),  # unfused KV up-cast pass
+        "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
         "q": Num(1.0, optional=True, inf_ok=True),
     },
 }
