@@ -12,8 +12,8 @@ the calibration fit (moesim.calibration.fit.attention) and the profile reader. V
   query rows of one head. A wave runs at the per-SM share of the ceilings, so below one wave the
   speed is linear in CTAs and a partial last wave costs a whole one (wave quantization, not an
   exponential saturation); cta_s is each wave's fixed cost (prologue: Q tile load; epilogue).
-- F, B: the workload's one formula per concept (moesim.workload.attention); decode reads the KV
-  once per 64-row query tile (two tiles at 128 heads) and the split-KV combine writes and reads
+- F, B: the workload's one formula per concept (moesim.workload.attention); the query tiles of one
+  KV head share its reads through L2 (KV read once), and the split-KV combine writes and reads
   FP32 partial outputs per split. eta_c, eta_m: measured compute / HBM ceilings (fitted).
 """
 
@@ -52,7 +52,8 @@ def waves_of(ctas, sms):
 
 
 def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLIT_KV_MIN):
-    """(F, B, CTAs, KV elements read, split-KV (1/0)) of one measured attention kernel call; shape: batch, q_len, heads, context,
+    """(F, B, CTAs, KV elements read, split-KV partial bytes (0: no split, no combine kernel); B
+    includes them) of one measured attention kernel call; shape: batch, q_len, heads, context,
     groups (KV heads) and k (head dim) for MHA/GQA, prefill (bool) for `attention`."""
     b, s, h, c = (_a(shape.get(k)) for k in ("batch", "q_len", "heads", "context"))
     prefill = family == "mla_prefill" or (family == "attention" and bool(shape.get("prefill")))
@@ -78,19 +79,21 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
     dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
     combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
     # the query tiles of one KV head run concurrently and share its KV through L2: read once
-    return F, kv + q_in + out + combine, ctas, kv / kv_bytes, (splits > 1).astype(float)
+    return F, kv + q_in + out + combine, ctas, kv / kv_bytes, combine
 
 
 def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
     """T of the mla_v2 model (module docstring), seconds, for the params p (schema PARAMS[mla_v2]);
-    split (0/1): a split-KV combine kernel runs. q combines the compute and memory terms
+    split: split-KV partial bytes (> 0: a combine kernel runs). q combines the compute and memory terms
     (efficiency.smax): inf = max (one fused kernel), 1 = sum (a memory-bound pass serial with the
     attention kernel, e.g. SGLang's MLA prefill). floor_us: a minimum call time the work hides
     (host-side launch of the call's kernels overlapping the GPU work)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
-    # math runs on the SMs the grid occupies (a partial last wave costs a whole one); memory is
-    # saturated by sat * SMs CTAs already (below that, speed linear in CTAs)
+    # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
+    # share of the ceiling; a partial last wave costs a whole one); loads are saturated by sat * SMs
+    # CTAs already (below that, speed linear in CTAs). A per-SM math cap at the SM's own dense peak
+    # (fill max(1, eta_c SMs / CTAs)) was tried: 1-5 points better p90 in decode, 3-6 worse in prefill.
     c_fill = waves * float(sms) / ctas
     m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, p.get("sat", 1.0) * float(sms) / ctas))
     q = p.get("q")
@@ -99,7 +102,7 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
         m_fill * np.asarray(B, float) / (bw * p["eta_m"]),
         np.inf if q is None else float(q),
     )
-    fixed = p["alpha_us"] + p.get("combine_us", 0.0) * np.asarray(split, float) + p["cta_us"] * waves
+    fixed = p["alpha_us"] + p.get("combine_us", 0.0) * (np.asarray(split, float) > 0) + p["cta_us"] * waves
     return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
 
 
@@ -143,7 +146,9 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
     kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
     kvb = dtype_bytes(kv, 2.0)
     F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
-    t_roof = np.maximum(F / peak, B / bw)
+    # the roofline of the workload's own work (moesim.workload.attention, what the cost model
+    # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
+    t_roof = np.maximum(F / peak, (B - split) / bw)
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
         t = attn_time(F2, B2, ctas, split, peak, bw, sms, p) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
