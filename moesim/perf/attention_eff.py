@@ -82,12 +82,13 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
     return F, kv + q_in + out + combine, ctas, kv / kv_bytes, combine
 
 
-def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
+def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0):
     """T of the mla_v2 model (module docstring), seconds, for the params p (schema PARAMS[mla_v2]);
     split: split-KV partial bytes (> 0: a combine kernel runs). q combines the compute and memory terms
     (efficiency.smax): inf = max (one fused kernel), 1 = sum (a memory-bound pass serial with the
     attention kernel, e.g. SGLang's MLA prefill). floor_us: a minimum call time the work hides
-    (host-side launch of the call's kernels overlapping the GPU work)."""
+    (host-side launch of the call's kernels overlapping the GPU work). req_us: a fixed cost per
+    request of the batch (paged-KV block tables and sequence metadata; TRT-LLM's generation MHA)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
     # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
@@ -103,6 +104,7 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict):
         np.inf if q is None else float(q),
     )
     fixed = p["alpha_us"] + p.get("combine_us", 0.0) * (np.asarray(split, float) > 0) + p["cta_us"] * waves
+    fixed = fixed + p.get("req_us", 0.0) * np.asarray(batch, float)
     return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
 
 
@@ -146,13 +148,14 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
     kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
     kvb = dtype_bytes(kv, 2.0)
     F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
+    b = _a(shape.get("batch"))
     # the roofline of the workload's own work (moesim.workload.attention, what the cost model
     # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
     t_roof = np.maximum(F / peak, (B - split) / bw)
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
-        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
+        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p, b) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
     else:
-        t = attn_time(F, B, ctas, split, peak, bw, sms, p)
+        t = attn_time(F, B, ctas, split, peak, bw, sms, p, b)
         t = t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
     return t, t_roof

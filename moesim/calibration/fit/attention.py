@@ -24,9 +24,9 @@ SMALL_TOKENS = 64  # decode-sized: batch x q_len <= 64 tokens ...
 SMALL_CONTEXT = 8192  # ... and a short context
 # the kernel each engine runs by default on Hopper, preferred where a table has several backends
 BACKEND_PREFERENCE = ("fa3", "flash_attention", "vllm_flash_attn_fa3", "default", "torch_flow", "flashinfer")
-PARAM_NAMES = ("alpha_us", "eta_c", "eta_m", "cta_us", "sat", "combine_us", "floor_us", "pass_eta")
-LO = np.array([0.0, 0.01, 0.01, 0.0, 0.01, 0.0, 0.0, 0.005])
-HI = np.array([1e4, 1.0, 1.0, 1e3, 1.0, 1e3, 1e4, 1.0])
+PARAM_NAMES = ("alpha_us", "eta_c", "eta_m", "cta_us", "sat", "combine_us", "floor_us", "req_us", "pass_eta")
+LO = np.array([0.0, 0.01, 0.01, 0.0, 0.01, 0.0, 0.0, 0.0, 0.005])
+HI = np.array([1e4, 1.0, 1.0, 1e3, 1.0, 1e3, 1e4, 1e3, 1.0])
 NP = len(PARAM_NAMES)
 GROUP_COLS = ("batch", "heads", "groups", "k")  # a shape = one curve over the context / isl
 
@@ -63,18 +63,19 @@ def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, s
         shape["prefill"] = str(d["mode"].iloc[0]) == "context"
     kvb = dtype_bytes(dtype, 2.0)
     F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
+    b = d.batch.values.astype(float)
     if kind == "q":
-        return F, B, ctas, split, A.q_elems(family, shape), 3.0
-    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0)
+        return F, B, ctas, split, A.q_elems(family, shape), 3.0, b
+    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b
 
 
 Q_CHOICES = (np.inf, 2.0, 1.0)  # compute/memory combination: max, 2-norm, sum; chosen by held-out error
 
 
 def _predict(p, w, idx, peak, bw, sms, q=np.inf):
-    F, B, ctas, split, pass_elems, pass_bytes = w
+    F, B, ctas, split, pass_elems, pass_bytes, batch = w
     params = dict(zip(PARAM_NAMES, p), q=q)
-    t = A.attn_time(F[idx], B[idx], ctas[idx], split[idx], peak, bw, sms, params)
+    t = A.attn_time(F[idx], B[idx], ctas[idx], split[idx], peak, bw, sms, params, batch[idx])
     return t + (A.pass_time(pass_elems[idx], pass_bytes, bw, p[NP - 1]) if pass_bytes else 0.0)
 
 
@@ -94,7 +95,10 @@ def _fit(w, t, idx, peak, bw, sms, q=np.inf):
 
     t_min = float(np.min(t[idx])) * 1e6
     best = None
-    for x0 in ([0.8 * t_min, 0.5, 0.7, 1.0, 0.3, 2.0, 0.0, 0.2], [0.3 * t_min, 0.3, 0.3, 5.0, 1.0, 0.0, t_min, 0.05]):
+    for x0 in (
+        [0.8 * t_min, 0.5, 0.7, 1.0, 0.3, 2.0, 0.0, 0.0, 0.2],
+        [0.3 * t_min, 0.3, 0.3, 5.0, 1.0, 0.0, t_min, 0.1, 0.05],
+    ):
         x0 = np.clip(np.asarray(x0[:n], float), LO[:n], hi[:n])
         r = least_squares(res, x0, bounds=(LO[:n], hi[:n]), method="trf", loss="soft_l1", f_scale=0.05, x_scale="jac")
         if best is None or r.cost < best.cost:

@@ -106,6 +106,7 @@ PARAMS = {
         "eta_m": ETA,
         "cta_us": US,
         "sat": ETA,
+        "req_us": US._replace(optional=True),  # per request of the batch
         "pass_eta": ETA._replace(optional=True),  # unfused KV up-cast pass
         "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
         "q": Num(1.0, optional=True, inf_ok=True),
