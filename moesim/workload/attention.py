@@ -41,7 +41,28 @@ def mla_prefill_work(tokens, heads, context, *, qk_head_dim, v_head_dim, latent,
     return flops, act
 
 
-def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill) -> OpWork:
+def gqa_prefill_work(tokens, heads, kv_heads, head_dim, context, *, kv_bytes):
+    """(flops, act_bytes) of causal MHA/GQA prefill attention: each token attends to context/2 keys
+    on average, QK and PV over head_dim; reads Q, K, V and writes O in BF16, writes the KV cache."""
+    t = np.asarray(tokens, float)
+    flops = 2.0 * heads * t * (context / 2.0) * head_dim * 2.0
+    act = t * (heads * head_dim * 2 + 2 * kv_heads * head_dim) * 2.0 + t * 2 * kv_heads * head_dim * kv_bytes
+    return flops, act
+
+
+def gqa_decode_work(batch, q_len, heads, kv_heads, head_dim, context, *, kv_bytes, tokens=None):
+    """(flops, kv_read, act_bytes) of MHA/GQA decode attention: QK and PV over head_dim for every
+    query row and key; reads the K and V cache of the kv_heads; reads Q and writes O in BF16."""
+    b, s = np.asarray(batch, float), np.asarray(q_len, float)
+    t = b * s if tokens is None else tokens
+    flops = 2.0 * b * s * heads * context * head_dim * 2.0
+    kv = b * context * 2.0 * kv_heads * head_dim * kv_bytes
+    return flops, kv, t * heads * head_dim * 2.0 * 2.0
+
+
+def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill, **geometry) -> OpWork:
+    """The attention core op; its shape names the kernel's geometry for the calibrated kernel models
+    (moesim.perf.attention_eff): KV cache dtype, and for MHA/GQA the KV heads (groups) and head dim (k)."""
     return OpWork(
         name,
         OpKind.ATTENTION,
@@ -50,7 +71,15 @@ def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, 
         flops=flops,
         bytes_kv=kv,
         bytes_act=act,
-        shape={"batch": batch, "q_len": q_len, "context": context, "heads": heads, "prefill": prefill},
+        shape={
+            "batch": batch,
+            "q_len": q_len,
+            "context": context,
+            "heads": heads,
+            "prefill": prefill,
+            "kv_dtype": model.precision.kv_dtype.value,
+            **geometry,
+        },
         tags=CORE_TAGS,
     )
 
@@ -88,16 +117,26 @@ def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) ->
     hd = model.head_dim
     kvh = np.maximum(a.kv_heads / tp, 1.0)
     if prefill:
-        flops = 2.0 * h * t * (context / 2.0) * hd * 2.0
-        act = t * (h * hd * 2 + 2 * kvh * hd) * 2.0 + t * 2 * kvh * hd * kvb
+        flops, act = gqa_prefill_work(t, h, kvh, hd, context, kv_bytes=kvb)
         q = t / np.maximum(b_req, 1e-9)
-        return _core(model, "attn_core", flops, act=act, batch=b_req, q_len=q, context=context, heads=h, prefill=True)
-    flops = 2.0 * b_req * q_len * h * context * hd * 2.0
-    kv = b_req * context * 2.0 * kvh * hd * kvb
-    act = t * h * hd * 2.0 * 2.0
+        return _core(
+            model,
+            "attn_core",
+            flops,
+            act=act,
+            batch=b_req,
+            q_len=q,
+            context=context,
+            heads=h,
+            prefill=True,
+            groups=kvh,
+            k=hd,
+        )
+    flops, kv, act = gqa_decode_work(b_req, q_len, h, kvh, hd, context, kv_bytes=kvb, tokens=t)
     return _core(
-        model, "attn_core", flops, act=act, kv=kv, batch=b_req, q_len=q_len, context=context, heads=h, prefill=False
-    )
+        model, "attn_core", flops, act=act, kv=kv, batch=b_req, q_len=q_len, context=context, heads=h, prefill=False,
+        groups=kvh, k=hd,
+    )  # fmt: skip
 
 
 def _bmm(name, t, h, n, k, *, w_bytes, a_bytes, dtype, stage) -> OpWork:

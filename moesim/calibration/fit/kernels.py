@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit.attention import fit_attention_families
 from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_median, lsq, residual
 from moesim.calibration.fit.data import id_span, row_id, select_rows, sources_text
 from moesim.calibration.fit.gemm import fit_table_families
@@ -292,8 +293,9 @@ def derive_from_own_fits(kernels: dict, gpu: str) -> None:
 def fit_kernels(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None, notes: list) -> tuple[dict, dict | None]:
     """(kernel entries fitted, peaked or derived on this GPU, the measured launch entry or None)."""
     kernels: dict = fit_table_families(df, peaks, gpu, folds, notes)  # waves_v1 / stream_v1 (big tables)
+    kernels.update(fit_attention_families(df, peaks, gpu, notes))  # attention tables: mla_v2
     for fam in ("gemm", "grouped_gemm", "mla_decode"):
-        if kernels.get(fam, {}).get("status") == "fitted":
+        if fam in kernels:
             continue
         kd = kernel_data(df, fam, peaks, notes)
         if kd is not None and len(kd.t) >= MIN_ROWS_OVERLAP:

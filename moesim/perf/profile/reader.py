@@ -29,6 +29,7 @@ import yaml
 
 from moesim.enums import Engine
 from moesim.errors import CalibrationError
+from moesim.perf import attention_eff as A
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import by_ep_params
 from moesim.perf.profile import measured as M
@@ -208,6 +209,12 @@ class Profile:
             q,
         )
 
+    def _attn_times(self, family: str, e: dict, shape: dict):
+        """(model, roofline) times of an mla_v2 attention entry (moesim.perf.attention_eff)."""
+        if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
+            raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
+        return A.entry_time(family, e, shape, peak_flops(self._flops, "bf16"), self._hbm, self._sms)
+
     def kernel_efficiency(self, family: str, **shape):
         """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered.
 
@@ -224,6 +231,10 @@ class Profile:
         if e["model"] == S.PEAK:
             out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
             return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
+        if e["model"] == S.MLA_V2:
+            t_model, t_roof = self._attn_times(family, e, shape)
+            eta = E.efficiency_from_times(t_roof, t_model)
+            return eta, eta
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
             t_model = self._model_time(family, e, shape, peak)
@@ -238,6 +249,8 @@ class Profile:
         e = self.kernels.get(family)
         if e is None or family == "elementwise":
             return None
+        if e["model"] == S.MLA_V2:
+            return self._attn_times(family, e, shape)[0]
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         p = e["params"]
         pad = shape.get("tile_pad")

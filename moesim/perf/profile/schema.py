@@ -56,7 +56,8 @@ STREAM = "stream_v1"  # streaming kernels (activation quant): alpha + bytes / (W
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
-KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM)
+MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
+KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
 DEFAULT_DTYPE = {
@@ -123,6 +124,17 @@ PARAMS = {
         "nvlink_GBps": GBPS._replace(optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
+    MLA_V2: {
+        "alpha_us": US,
+        "eta_c": ETA,
+        "eta_m": ETA,
+        "cta_us": US,
+        "sat": ETA,
+        "req_us": US._replace(optional=True),  # per request of the batch
+        "pass_eta": ETA._replace(optional=True),  # unfused KV up-cast pass
+        "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
+        "q": Num(1.0, optional=True, inf_ok=True),
+    },
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -268,8 +280,10 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
         c.fail(f"kernels.{fam}: needs `model` ({' or '.join(KERNEL_MODELS)}) and `params`")
     c.fields(f"kernels.{fam}.params", e["params"], PARAMS[e["model"]])
     variants = e.get("variants") or []
+    if isinstance(variants, dict):  # mla_v2: named per phase / dtype; waves_v1: a list
+        variants = [dict(v, _name=k) if isinstance(v, dict) else v for k, v in variants.items()]
     if not isinstance(variants, list):
-        c.fail(f"kernels.{fam}.variants: must be a list of {{dtype, params, ...}}")
+        c.fail(f"kernels.{fam}.variants: must be a list or mapping of {{params, ...}}")
     for i, v in enumerate(variants):  # one fit per (layout, dtype, backend); same model as the entry
         if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
             c.fail(f"kernels.{fam}.variants[{i}]: needs `params`")

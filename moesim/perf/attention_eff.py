@@ -1,0 +1,161 @@
+"""Attention kernel time model `mla_v2` (MLA decode, MLA prefill, MHA/GQA attention), shared by
+the calibration fit (moesim.calibration.fit.attention) and the profile reader. Vectorized numpy.
+
+    T = alpha + combine [split-KV] + cta_s * waves + fill * smax_q(F / (P * eta_c), B / (W * eta_m))
+    fill = waves * SMs / CTAs above one wave, max(1, sat * SMs / CTAs) below
+
+- alpha: the fixed per-call floor beyond launch (decode: KV append of the new token, split-KV
+  metadata and combine kernels, FlashMLA get_mla_metadata / FA3 scheduler), fitted.
+- CTAs and waves = ceil(CTAs / SMs): the kernel's grid. Decode (FlashMLA, FA3 with PackGQA):
+  64 query rows (s_q x heads sharing one KV head) per CTA, the KV sequence split across SMs to
+  fill them (split-KV, at least SPLIT_KV_MIN keys per split); prefill (FA3): one CTA per 128
+  query rows of one head. A wave runs at the per-SM share of the ceilings, so below one wave the
+  speed is linear in CTAs and a partial last wave costs a whole one (wave quantization, not an
+  exponential saturation); cta_s is each wave's fixed cost (prologue: Q tile load; epilogue).
+- F, B: the workload's one formula per concept (moesim.workload.attention); the query tiles of one
+  KV head share its reads through L2 (KV read once), and the split-KV combine writes and reads
+  FP32 partial outputs per split. eta_c, eta_m: measured compute / HBM ceilings (fitted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.perf.efficiency import dtype_bytes, smax
+from moesim.workload.attention import gqa_decode_work, gqa_prefill_work, mla_decode_work, mla_prefill_work
+
+DECODE_TILE_ROWS = 64.0  # FlashMLA / FA3 decode: 64 query rows per CTA (FlashMLA README, FA3 PackGQA)
+PREFILL_TILE_ROWS = 128.0  # FA3 Hopper forward: kBlockM = 128 query rows per CTA
+SPLIT_KV_MIN = 256.0  # keys per KV split at least (FA3 num_splits_heuristic: n-blocks of 128-176)
+PARTIAL_BYTES = 4.0  # split-KV partial outputs are FP32 (written by the split, read by the combine)
+# MLA geometry of the measured kernels (DeepSeek-V3: kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128)
+MLA_DIMS = {"latent": 512, "rope": 64, "qk_nope": 128, "v_head": 128}
+ATTN_FAMILIES = ("mla_decode", "mla_prefill", "attention")
+
+
+def _a(x, default=1.0):
+    return np.asarray(default if x is None else x, float)
+
+
+def decode_grid(batch, q_len, heads, kv_heads, context, sms, split_kv=SPLIT_KV_MIN):
+    """(CTAs, query tiles per KV head, splits) of a split-KV decode kernel."""
+    b, s, h, kvh, c = _a(batch), _a(q_len), _a(heads), np.maximum(_a(kv_heads), 1.0), _a(context)
+    rows = np.maximum(s * h / kvh, 1.0)  # query rows sharing one KV head (PackGQA)
+    reads = np.ceil(rows / DECODE_TILE_ROWS)
+    tiles = np.maximum(b, 1.0) * kvh * reads
+    splits = np.clip(np.floor(float(sms) / tiles), 1.0, np.maximum(np.ceil(c / split_kv), 1.0))
+    return tiles * splits, reads, splits
+
+
+def waves_of(ctas, sms):
+    return np.ceil(np.maximum(ctas, 1.0) / float(sms))
+
+
+def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLIT_KV_MIN):
+    """(F, B, CTAs, KV elements read, split-KV partial bytes (0: no split, no combine kernel); B
+    includes them) of one measured attention kernel call; shape: batch, q_len, heads, context,
+    groups (KV heads) and k (head dim) for MHA/GQA, prefill (bool) for `attention`."""
+    b, s, h, c = (_a(shape.get(k)) for k in ("batch", "q_len", "heads", "context"))
+    prefill = family == "mla_prefill" or (family == "attention" and bool(shape.get("prefill")))
+    if family == "mla_decode":
+        dims = MLA_DIMS
+        F, kv, q_in, out = mla_decode_work(b, s, h, c, latent=dims["latent"], rope=dims["rope"], kv_bytes=kv_bytes)
+        ctas, reads, splits = decode_grid(b, s, h, 1.0, c, sms, split_kv)
+    elif family == "mla_prefill":
+        d = MLA_DIMS
+        F, act = mla_prefill_work(
+            b * s, h, c, qk_head_dim=d["qk_nope"] + d["rope"], v_head_dim=d["v_head"],
+            latent=d["latent"], rope=d["rope"], kv_bytes=kv_bytes,
+        )  # fmt: skip
+        return F, act, b * h * np.ceil(s / PREFILL_TILE_ROWS), b * c * 0.0, b * 0.0
+    else:
+        kvh, hd = _a(shape.get("groups"), shape.get("heads")), _a(shape.get("k"), 128.0)
+        if prefill:
+            F, act = gqa_prefill_work(b * s, h, kvh, hd, c, kv_bytes=kv_bytes)
+            return F, act, b * h * np.ceil(s / PREFILL_TILE_ROWS), b * c * 0.0, b * 0.0
+        F, kv, act = gqa_decode_work(b, s, h, kvh, hd, c, kv_bytes=kv_bytes)
+        q_in, out = act / 2.0, act / 2.0
+        ctas, reads, splits = decode_grid(b, s, h, kvh, c, sms, split_kv)
+    dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
+    combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
+    # the query tiles of one KV head run concurrently and share its KV through L2: read once
+    return F, kv + q_in + out + combine, ctas, kv / kv_bytes, combine
+
+
+def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0):
+    """T of the mla_v2 model (module docstring), seconds, for the params p (schema PARAMS[mla_v2]);
+    split: split-KV partial bytes (> 0: a combine kernel runs). q combines the compute and memory terms
+    (efficiency.smax): inf = max (one fused kernel), 1 = sum (a memory-bound pass serial with the
+    attention kernel, e.g. SGLang's MLA prefill). floor_us: a minimum call time the work hides
+    (host-side launch of the call's kernels overlapping the GPU work). req_us: a fixed cost per
+    request of the batch (paged-KV block tables and sequence metadata; TRT-LLM's generation MHA)."""
+    ctas = np.maximum(np.asarray(ctas, float), 1.0)
+    waves = waves_of(ctas, sms)
+    # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
+    # share of the ceiling; a partial last wave costs a whole one); loads are saturated by sat * SMs
+    # CTAs already (below that, speed linear in CTAs). A per-SM math cap at the SM's own dense peak
+    # (fill max(1, eta_c SMs / CTAs)) was tried: 1-5 points better p90 in decode, 3-6 worse in prefill.
+    c_fill = waves * float(sms) / ctas
+    m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, p.get("sat", 1.0) * float(sms) / ctas))
+    q = p.get("q")
+    main = smax(
+        c_fill * np.asarray(F, float) / (peak * p["eta_c"]),
+        m_fill * np.asarray(B, float) / (bw * p["eta_m"]),
+        np.inf if q is None else float(q),
+    )
+    fixed = p["alpha_us"] + p.get("combine_us", 0.0) * (np.asarray(split, float) > 0) + p["cta_us"] * waves
+    fixed = fixed + p.get("req_us", 0.0) * np.asarray(batch, float)
+    return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
+
+
+def pass_time(elems, bytes_per_elem, bw, eta):
+    """An unfused memory pass the engine runs beside the attention kernel: the KV up-cast (read the
+    FP8 cache, write BF16: kv_bytes + 2 per element; SGLang FA3 MLA with an FP8 KV cache) or the
+    query FP8 quantization (read BF16, write FP8: 3 per element; TRT-LLM's FP8 MLA generation)."""
+    if not eta:
+        return 0.0
+    return np.asarray(elems, float) * bytes_per_elem / (bw * eta)
+
+
+def q_elems(family: str, shape: dict):
+    """Query elements of a call: rows (batch x q_len x heads) x the QK head dim."""
+    d = MLA_DIMS["latent"] + MLA_DIMS["rope"] if family.startswith("mla") else _a(shape.get("k"), 128.0)
+    return _a(shape.get("batch")) * _a(shape.get("q_len")) * _a(shape.get("heads")) * d
+
+
+def pick_variant(family: str, entry: dict, shape: dict) -> dict:
+    """The params of a fitted mla_v2 entry for a shape: the variant of its phase, KV dtype (and, for
+    MHA/GQA, the nearest fitted head dim: `<phase>.<dtype>.d<head dim>`), else one of its phase,
+    else the entry's main params. The head dim must be one number for the whole shape."""
+    variants = entry.get("variants") or {}
+    kv = str(getattr(shape.get("kv_dtype"), "value", shape.get("kv_dtype")) or entry.get("dtype") or "bf16").lower()
+    phase = "context" if family == "mla_prefill" or shape.get("prefill") else "generation"
+    if family != "attention":
+        return variants[kv]["params"] if kv in variants else entry["params"]
+    hd = float(np.max(_a(shape.get("k"), 128.0)))
+    for prefix in (f"{phase}.{kv}.d", f"{phase}."):
+        dims = [k for k in variants if k.startswith(prefix)]
+        if dims:
+            best = min(dims, key=lambda k: (abs(np.log(float(k.rsplit(".d", 1)[1]) / hd)), k))
+            return variants[best]["params"]
+    return entry["params"]
+
+
+def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
+    """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
+    side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak."""
+    p = pick_variant(family, entry, shape)
+    kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
+    kvb = dtype_bytes(kv, 2.0)
+    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
+    b = _a(shape.get("batch"))
+    # the roofline of the workload's own work (moesim.workload.attention, what the cost model
+    # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
+    t_roof = np.maximum(F / peak, (B - split) / bw)
+    if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
+        F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
+        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p, b) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
+    else:
+        t = attn_time(F, B, ctas, split, peak, bw, sms, p, b)
+        t = t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
+    return t, t_roof

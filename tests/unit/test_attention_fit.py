@@ -1,0 +1,185 @@
+"""The mla_v2 attention kernel model (moesim.perf.attention_eff) and its fit
+(moesim.calibration.fit.attention): floors, KV bytes, wave steps, recovery of synthetic parameters,
+the profile schema and the reader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moesim.calibration.fit import attention as FA
+from moesim.errors import CalibrationError
+from moesim.perf import attention_eff as A
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.reader import Profile
+
+SMS, PEAK, BW = 132, 989e12, 4.8e12
+P = {"alpha_us": 6.0, "eta_c": 0.6, "eta_m": 0.85, "cta_us": 5.0, "sat": 0.3, "combine_us": 4.0, "q": np.inf}
+
+
+class _Peaks:
+    sms, hbm_Bps = SMS, BW
+
+    def peak(self, dtype):
+        return {"bf16": PEAK, "fp8": 2 * PEAK}[dtype]
+
+
+def _decode(batch, context, heads=128.0, kvb=2.0):
+    shape = {"batch": batch, "q_len": 1.0, "heads": heads, "context": context}
+    return A.attn_work("mla_decode", shape, kvb, SMS)
+
+
+def _t(work, p=P):
+    F, B, ctas, _, split = work
+    return A.attn_time(F, B, ctas, split, PEAK, BW, SMS, p)
+
+
+def test_alpha_floor_at_tiny_shapes():
+    t = _t(_decode(1.0, 1.0, heads=16.0))
+    # one CTA, no split: the per-call floor plus one wave's fixed cost; the work itself is small
+    assert t == pytest.approx((P["alpha_us"] + P["cta_us"]) * 1e-6, rel=0.05)
+    floor = {**P, "floor_us": 30.0}
+    assert _t(_decode(1.0, 1.0), floor) == pytest.approx(30e-6)
+
+
+def test_kv_bytes_linear_in_context_and_dtype():
+    c = np.array([1024.0, 2048.0, 4096.0])
+    _, B, ctas, kv_elems, split = _decode(256.0, c)  # 512 query tiles >= SMs: no split-KV
+    assert np.all(split == 0)
+    assert np.allclose(np.diff(B), np.diff(B)[0] * np.array([1.0, 2.0]))
+    assert np.allclose(kv_elems, 256 * c * 576)
+    _, B8, *_ = _decode(256.0, c, kvb=1.0)
+    assert np.allclose(B - B8, 256 * c * 576)  # FP8 KV halves the cache bytes, queries stay BF16
+
+
+def test_split_kv_fills_the_sms_and_adds_the_combine():
+    ctas, tiles, splits = A.decode_grid(1.0, 1.0, 128.0, 1.0, np.array([64.0, 65536.0]), SMS)
+    assert list(splits) == [1.0, 66.0] and list(ctas) == [2.0, 132.0]
+    t_short, t_long = _t(_decode(1.0, np.array([64.0, 65536.0])))
+    assert t_long > t_short + P["combine_us"] * 1e-6
+
+
+def test_wave_step_and_linear_speed_below_one_wave():
+    p = {**P, "alpha_us": 0.0, "cta_us": 0.0}
+    F = np.array([1e9, 2e9, 132e9, 133e9])
+    ctas = np.array([1.0, 2.0, 132.0, 133.0])
+    t = A.attn_time(F, np.zeros(4), ctas, np.zeros(4), PEAK, BW, SMS, p)
+    assert t[0] == pytest.approx(t[1])  # below one wave: twice the CTAs, twice the work, same time
+    assert t[3] / t[2] == pytest.approx(2.0)  # one CTA past a wave (same work per CTA): a whole wave more
+
+
+def _synthetic_rows(p, kvb=2.0, dtype="bf16"):
+    b, c, h = np.meshgrid([1.0, 4.0, 16.0, 64.0, 256.0], 2.0 ** np.arange(1, 17), [16.0, 64.0, 128.0])
+    b, c, h = b.ravel(), c.ravel(), h.ravel()
+    t = _t(A.attn_work("mla_decode", {"batch": b, "q_len": 1.0, "heads": h, "context": c}, kvb, SMS), p)
+    n = len(t)
+    return pd.DataFrame(
+        {
+            "kernel": "mla_decode",
+            "backend": "synthetic",
+            "mode": "generation",
+            "dtype": dtype,
+            "batch": b,
+            "q_len": np.ones(n),
+            "heads": h,
+            "context": c,
+            "groups": np.nan,
+            "k": np.nan,
+            "time_s": t,
+            "exclude": "",
+            "source": "synthetic",
+        }
+    )
+
+
+def test_fit_recovers_synthetic_parameters():
+    df = _synthetic_rows(P)
+    notes: list = []
+    e = FA.fit_attention_family(df, "mla_decode", _Peaks(), "h200", notes)
+    got = e["params"]
+    for name in ("alpha_us", "eta_c", "eta_m", "cta_us", "combine_us"):
+        assert got[name] == pytest.approx(P[name], rel=0.03), name
+    assert e["model"] == S.MLA_V2 and e["cv"]["median_abs_pct"] < 1.0 and e["cv"]["p90_abs_pct"] < 2.0
+    assert e["cv"]["small"]["rows"] > 0 and e["variant"] == "bf16"
+
+
+def _profile(entry):
+    data = {"schema_version": 1, "gpu": "h200", "roofline": {"sms": SMS, "hbm_bw_GBps": 4800, "tflops": {"bf16": 989}}}
+    data["kernels"] = {"mla_decode": entry}
+    S.validate(data, "test")
+    return Profile(S.fill_sections(data))
+
+
+def _entry(**variants):
+    params = {k: v for k, v in P.items() if k != "q"}
+    return {
+        "status": "fitted",
+        "gpu": "h200",
+        "model": S.MLA_V2,
+        "dtype": "bf16",
+        "params": params,
+        "variants": {k: {"params": {**params, **v}} for k, v in variants.items()},
+    }
+
+
+def test_reader_prices_the_fitted_time_and_picks_the_kv_dtype_variant():
+    prof = _profile(_entry(bf16={}, fp8={"eta_m": 0.2}))
+    shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=16.0, context=8192.0)
+    t = prof.kernel_time("mla_decode", **shape)
+    assert np.allclose(t, _t(_decode(shape["batch"], 8192.0, heads=16.0)))
+    eta, eta_m = prof.kernel_efficiency("mla_decode", **shape)
+    assert np.all((eta > 0) & (eta <= 1)) and np.array_equal(eta, eta_m)
+    t8 = prof.kernel_time("mla_decode", **shape, kv_dtype="fp8")
+    assert t8[1] > t[1]  # the fp8 variant's measured HBM ceiling is lower than bf16's here
+
+
+def test_schema_checks_variant_params():
+    bad = _entry(fp8={"eta_m": 1.5})
+    with pytest.raises(CalibrationError, match=r"variants\.fp8\.params\.eta_m"):
+        _profile(bad)
+
+
+def test_build_profile_writes_an_mla_v2_entry_the_reader_prices(tmp_path):
+    from moesim.calibration.fit.peaks import Peaks
+    from moesim.calibration.fit.profile import build_profile, write_profile
+    from moesim.calibration.records import COLUMNS
+    from moesim.perf.profile.reader import load_profile
+    from moesim.specs.loader import load_hardware
+
+    hw = load_hardware("h200")
+    rows = _synthetic_rows(P)
+    df = pd.DataFrame({c: rows[c] if c in rows else "" for c in COLUMNS})
+    for c in ("m", "n", "tokens", "tflops", "GBps", "bytes", "ep", "sms"):
+        df[c] = np.nan
+    prof = build_profile(df, "h200", Peaks.from_hardware(hw))
+    e = prof["kernels"]["mla_decode"]
+    assert e["model"] == S.MLA_V2 and e["cv"]["p90_abs_pct"] < 2.0
+    write_profile(prof, tmp_path / "h200.yaml")
+    p = load_profile(hw, tmp_path / "h200.yaml")
+    shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=128.0, context=4096.0)
+    assert np.allclose(p.kernel_time("mla_decode", **shape), _t(_decode(shape["batch"], 4096.0)), rtol=0.02)
+
+
+def test_mha_variant_is_picked_by_phase_dtype_and_nearest_head_dim():
+    e = {"params": {"tag": 0}, "variants": {k: {"params": {"tag": i}} for i, k in enumerate(
+        ["generation.bf16.d64", "generation.bf16.d128", "context.bf16.d128", "generation.fp8.d256"])}}  # fmt: skip
+    pick = A.pick_variant
+    assert pick("attention", e, {"k": 120.0, "kv_dtype": "bf16"})["tag"] == 1
+    assert pick("attention", e, {"k": 64.0, "kv_dtype": "bf16"})["tag"] == 0
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "bf16", "prefill": True})["tag"] == 2
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp8"})["tag"] == 3  # the only fp8 head dim
+    assert pick("attention", e, {"k": 128.0, "kv_dtype": "fp4", "prefill": True})["tag"] == 2  # same phase
+
+
+def test_unfused_passes_add_their_bytes_at_their_ceiling():
+    shape = {"batch": 64.0, "q_len": 1.0, "heads": 128.0, "context": 2.0, "kv_dtype": "fp8"}
+    base = {k: v for k, v in P.items()}
+    t0, _ = A.entry_time("mla_decode", {"params": base}, shape, PEAK, BW, SMS)
+    tq, _ = A.entry_time("mla_decode", {"params": {**base, "qpass_eta": 0.5}}, shape, PEAK, BW, SMS)
+    assert tq - t0 == pytest.approx(64 * 128 * 576 * 3.0 / (BW * 0.5))  # read BF16 queries, write FP8
+    shape.update(context=65536.0, heads=16.0)  # memory-bound
+    t0, _ = A.entry_time("mla_decode", {"params": base}, shape, PEAK, BW, SMS)
+    tk, _ = A.entry_time("mla_decode", {"params": {**base, "pass_eta": 0.25}}, shape, PEAK, BW, SMS)
+    cast = 64 * 65536 * 576 * 3.0 / (BW * 0.25)  # read the FP8 cache, write a BF16 copy
+    assert tk > t0 + cast  # ... and the kernel then reads the BF16 copy (twice the FP8 bytes)
