@@ -53,16 +53,27 @@ def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
 
-def by_ep_params(knots: dict, ep):
+def by_ep_params(knots: dict, ep, nominal: dict | None = None):
     """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
     piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the
-    knots whose traffic stays inside the domain."""
+    knots whose traffic stays inside the domain.
+
+    Bandwidth knots are fractions of the nominal link of the GPU they were measured on
+    (`rdma_frac_nominal` / `nvlink_frac_nominal` lists) times `nominal` (the live spec's nominal
+    {"rdma": Bps, "nvlink": Bps}), so a what-if on a link moves the time (issue 14); without
+    fractions or `nominal`, the absolute `*_GBps` knots."""
     x = np.log2(np.asarray(ep, float))
     kx = np.log2(np.asarray(knots["ep"], float))
     alpha = np.interp(x, kx, np.asarray(knots["alpha_us"], float)) * 1e-6
-    rk = [i for i, b in enumerate(knots["rdma_GBps"]) if b is not None]
-    nk = [i for i, b in enumerate(knots["nvlink_GBps"]) if b is not None]
-    # interpolate time per byte (1/bandwidth), the quantity that adds
-    rdma = 1e9 / np.interp(x, kx[rk], [1.0 / knots["rdma_GBps"][i] for i in rk]) if rk else np.full_like(x, 1e30)
-    nvl = 1e9 / np.interp(x, kx[nk], [1.0 / knots["nvlink_GBps"][i] for i in nk]) if nk else np.full_like(x, 1e30)
-    return alpha, rdma, nvl
+    out = []
+    for link in ("rdma", "nvlink"):
+        fr = knots.get(f"{link}_frac_nominal")
+        live = (nominal or {}).get(link, 0.0)
+        if fr is not None and live > 0:
+            vals = [None if f is None else float(f) * live for f in fr]
+        else:
+            vals = [None if b is None else float(b) * 1e9 for b in knots[f"{link}_GBps"]]
+        k = [i for i, b in enumerate(vals) if b is not None]
+        # interpolate time per byte (1/bandwidth), the quantity that adds
+        out.append(1.0 / np.interp(x, kx[k], [1.0 / vals[i] for i in k]) if k else np.full_like(x, 1e30))
+    return alpha, out[0], out[1]

@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from moesim.errors import CalibrationError
+from moesim.errors import CalibrationError, SpecError
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import by_ep_params
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.work import kernel_work, peak_flops
-from moesim.specs.loader import data_root, read_text, yaml_problem
+from moesim.specs.loader import data_root, load_hardware, read_text, yaml_problem
 
 
 def _norm_gpu(name) -> str:
@@ -107,6 +107,18 @@ def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
     return Profile(data, hardware=hardware, path=path)
 
 
+def _measured_nominal(entry: dict, data: dict) -> dict:
+    """{"rdma": Bps, "nvlink": Bps}: nominal links of the GPU an entry's rows were measured on."""
+    nom = entry.get("nominal")
+    if isinstance(nom, dict) and nom.get("rdma_GBps"):
+        return {"rdma": float(nom["rdma_GBps"]) * 1e9, "nvlink": float(nom.get("nvlink_GBps") or 0) * 1e9}
+    try:  # the measuring GPU's spec (an entry inherited from another GPU names it in `gpu`)
+        hw = load_hardware(str(entry.get("gpu") or data["gpu"]))
+        return {"rdma": hw.rdma_Bps(False), "nvlink": hw.nvlink_Bps(False)}
+    except SpecError:
+        return S.roofline_from_yaml(data.get("roofline") or {})["nominal"]
+
+
 class Profile:
     """A loaded calibration profile bound to a hardware spec (or to the peaks it records)."""
 
@@ -135,6 +147,7 @@ class Profile:
             self.launch_s = float(hardware.kernel_launch_s)
         else:
             self.launch_s = float(launch.get("us", 0.0)) * 1e-6
+        self._knots: dict = {}  # (mode, op) -> per-EP knots with fractions of nominal
         self._tables = {fam: M.build_table(fam, self.kernels.get(fam)) for fam in M.TABLE_AXES}
 
     def __repr__(self) -> str:
@@ -220,7 +233,7 @@ class Profile:
             return None
         p = e["params"]
         if e.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots, interpolated in log2(EP)
-            return by_ep_params(p, ep)
+            return by_ep_params(self._by_ep_knots(m, str(op), e), ep, self._nom)
         ones = np.ones(np.shape(ep)) if np.ndim(ep) else np.ones(())
         alpha = float(p["alpha_us"]) * 1e-6 * ones
         if p.get("alpha_intra_us") is not None:  # EP inside one NVLink domain: no RDMA hop
@@ -228,6 +241,24 @@ class Profile:
         rdma = self._link_bw(p, "rdma") * ones
         nvl = self._link_bw(p, "nvlink") * ones
         return alpha, rdma, nvl
+
+    def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
+        """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were
+        measured on: the fit writes `*_frac_nominal`; older profiles get them from the entry's
+        `nominal` block, else the measuring GPU's hardware spec, else this profile's roofline."""
+        key = (mode, op)
+        if key in self._knots:
+            return self._knots[key]
+        p = dict(e["params"])
+        if p.get("rdma_frac_nominal") is None or p.get("nvlink_frac_nominal") is None:
+            meas = _measured_nominal(e, self.data)
+            for link in ("rdma", "nvlink"):
+                nom = meas.get(link, 0.0)
+                p[f"{link}_frac_nominal"] = [
+                    None if b is None or nom <= 0 else float(b) * 1e9 / nom for b in p[f"{link}_GBps"]
+                ]
+        self._knots[key] = p
+        return p
 
     def _link_bw(self, p: dict, link: str) -> float:
         frac = p.get(f"{link}_frac_nominal")

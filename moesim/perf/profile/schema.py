@@ -97,6 +97,10 @@ PARAMS = {
         "alpha_us": US,
         "rdma_GBps": GBPS._replace(optional=True),
         "nvlink_GBps": GBPS._replace(optional=True),
+        # optional lists: the knots' bandwidths as fractions of the measuring GPU's nominal links
+        # (the reader rescales them to the live spec; older profiles derive them)
+        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
+        "nvlink_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
 }
@@ -266,7 +270,7 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
     if e.get("model") != ALPHA_BETA_BY_EP:
         c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
         return
-    knots = PARAMS[ALPHA_BETA_BY_EP]
+    knots = {f: v for f, v in PARAMS[ALPHA_BETA_BY_EP].items() if "frac" not in f or p.get(f) is not None}
     n = len(p.get("ep") or [])
     if n < 2 or not all(isinstance(p.get(f), list) and len(p[f]) == n for f in knots):
         c.fail(
