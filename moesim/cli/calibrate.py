@@ -1,4 +1,4 @@
-"""`moesim calibrate {run,fit,show}`: time kernels, fit profiles, show them.
+"""`moesim calibrate {run,fit,show,import}`: time kernels, fit profiles, show them, import tables.
 
 Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer, yaml); numpy,
 torch, scipy and pandas load inside the commands. The work is in moesim.calibration (runners,
@@ -24,6 +24,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Run kernels, fit and show calibration profiles.",
 )
+
+import_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Import measured kernel tables as measurement rows (aiconfigurator, published figures).",
+)
+app.add_typer(import_app, name="import")
 
 RUNNERS = {
     "gemm": "moesim.calibration.runners.gemm",
@@ -226,3 +234,43 @@ def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200
     for op, e in data["collectives"].items():
         t.add_row(op, entry_provenance(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
     con.print(t)
+
+
+@import_app.command("aiconfigurator")
+def import_aiconfigurator_cmd(
+    system: str = typer.Option(
+        "h200_sxm", "--system", help="aiconfigurator system (h200_sxm, b200_sxm, gb200, all); h100_sxm is refused"
+    ),
+    engine: str = typer.Option("all", "--engine", help="sglang | trtllm | vllm | all"),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="aiconfigurator `systems` folder (default: the installed aiconfigurator_core's)"
+    ),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="measurements root (default: calibration/measurements); writes <gpu>/<engine>/*.csv.gz"
+    ),
+    all_shapes: bool = typer.Option(
+        False, "--all-shapes", help="no size trims (attention head_dim 128, GEMM n, k <= 16384)"
+    ),
+):
+    """Import aiconfigurator's measured kernel tables (replaces the files it wrote before)."""
+    # lazy: pandas, numpy and pyarrow only for an import (CLI start-up time)
+    from moesim.calibration.importers.aiconfigurator import import_aiconfigurator
+
+    summary = import_aiconfigurator(system, engine, data_dir, out_dir, all_shapes=all_shapes)
+    for line in summary.lines():
+        typer.echo(line)
+
+
+@import_app.command("published")
+def import_published_cmd(
+    reference: Path = typer.Argument(..., help="published_figures.csv (kernel-level DG / FMLA / DEP / PPLXK rows)"),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="measurements root (default: calibration/measurements)"
+    ),
+):
+    """Extract the kernel-level published figures into h800/ and h100_sxm/ measurement CSVs."""
+    from moesim.calibration.importers.published import extract  # lazy: pandas (CLI start-up time)
+
+    root = out_dir or data_root() / "calibration" / "measurements"
+    for path, n in extract(reference, root).items():
+        typer.echo(f"{path}: {n} rows")
