@@ -19,6 +19,12 @@ import numpy as np
 
 from moesim.enums import CommMode
 
+# SMs DeepEP's normal kernels get by default: deep_ep Buffer.num_sms = 20 (buffer.py; SGLang and
+# vLLM keep it: vllm all2all.py "This is the DeepEP default"); `--comm-sms` overrides it. The LL
+# kernels launch their own (moesim.perf.collectives.deepep_ll_sms) and, with the receive hook,
+# hold no SMs between calls (DeepSeek decode overlap figure, OII-017).
+DEEPEP_NORMAL_SMS = 20
+
 
 def dispatch_bytes_per_token(
     hidden: int, dtype_bytes: float = 1.0, scale_block: int = 128, header_bytes: float = 0.0

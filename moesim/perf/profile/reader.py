@@ -25,7 +25,7 @@ import yaml
 
 from moesim.errors import CalibrationError, SpecError
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import by_ep_params
+from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, deepep_ll_sms, deepep_v2_terms
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
@@ -241,6 +241,37 @@ class Profile:
         rdma = self._link_bw(p, "rdma") * ones
         nvl = self._link_bw(p, "nvlink") * ones
         return alpha, rdma, nvl
+
+    def comm_time(self, mode, op, *, tokens, rdma_bytes, nvl_bytes, ep, experts, msg_bytes, sms=None):
+        """(alpha_s, wire_s) of a DeepEP dispatch / combine priced by a `deepep_v2` entry, or None when the
+        entry is absent or of another model (then comm_params). `sms`: SMs given to the normal
+        kernels (--comm-sms; DeepEP's Buffer.num_sms = 20 by default); the LL kernels' own launch
+        otherwise (deepep_ll_sms). Bandwidths: RDMA as a fraction of the live NIC; the intranode
+        rate is the absolute one the kernel reached, capped by the live NVLink."""
+        m = str(getattr(mode, "value", mode))
+        m = S.MODE_ALIASES.get(m, m)
+        e = (self.comm.get(m) or {}).get(str(op))
+        if e is None or e.get("model") != S.DEEPEP_V2:
+            return None
+        p = e["params"]
+        if sms is None:
+            sms = deepep_ll_sms(experts, self._sms) if m == "deepep-ll" else DEEPEP_NORMAL_SMS
+        nvl_live = self._nom.get("nvlink", 0.0)
+        nvl = float(p["nvlink_GBps"]) * 1e9
+        nodes = np.maximum(np.asarray(ep, float) / max(self._domain, 1), 1.0)
+        return deepep_v2_terms(
+            p,
+            tokens=tokens,
+            rdma_bytes=rdma_bytes,
+            nvl_bytes=nvl_bytes,
+            nodes=nodes,
+            experts=experts,
+            ep=ep,
+            msg_bytes=msg_bytes,
+            sms=sms,
+            rdma_Bps=float(p["rdma_frac_nominal"]) * max(self._nom.get("rdma", 0.0), 1.0),
+            nvl_Bps=min(nvl, nvl_live) if nvl_live > 0 else nvl,
+        )
 
     def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
         """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were

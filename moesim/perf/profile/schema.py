@@ -8,7 +8,8 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
     launch:      {us, status: measured | hardware, ...}
     kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
                              residuals?, measurements?: {columns, rows}}}
-    comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep, params, ...}}}
+    comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2,
+                                            params, ...}}}
     collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
 
 Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
@@ -41,6 +42,7 @@ OVERLAP = "overlap_v1"  # moesim.perf.efficiency.overlap_time
 PEAK = "peak"  # constant (eta_c, eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
+DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 KERNEL_MODELS = (OVERLAP, PEAK)
 # entry statuses: measured/fitted on this GPU, or carried over
@@ -101,6 +103,18 @@ PARAMS = {
         # (the reader rescales them to the live spec; older profiles derive them)
         "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
         "nvlink_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
+    },
+    DEEPEP_V2: {
+        "alpha_us": US,
+        "alpha_node_us": US,
+        "alpha_expert_us": US,
+        "alpha_kB_us": US,
+        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True),
+        "nvlink_GBps": GBPS,  # absolute: what the kernel achieves inside a node (capped by the live link)
+        "sm_GBps": GBPS,
+        "sm_token_us": US,
+        "q": Num(1.0, 64.0),
+        "rdma_node_decay": Num(0.0, 100.0, optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
 }
@@ -267,6 +281,9 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
     if op not in COMM_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
         c.fail(f"{where}: needs op dispatch/combine with `params`")
     p = e["params"]
+    if e.get("model") == DEEPEP_V2:
+        c.fields(f"{where}.params", p, PARAMS[DEEPEP_V2])
+        return
     if e.get("model") != ALPHA_BETA_BY_EP:
         c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
         return
