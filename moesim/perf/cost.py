@@ -164,6 +164,11 @@ class CostModel:
             lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
             msg = np.asarray(op.shape.get("bytes", 0.0), float)
             alpha, wire = collective_terms(op.comm_op, group, msg, nvl + rdma, lat, bw)
+            timed = (
+                None if self.profile is None else self.profile.collective_time(op.comm_op, group, msg, nvl + rdma, bw)
+            )
+            if timed is not None:  # collective_v2: fitted per-step latency, NCCL or the engine's custom AR
+                return self._comm_cost(op, timed[0] + timed[1], timed[0], rdma + nvl, Provenance.FITTED.value)
             if self.profile is not None:
                 params = self.profile.collective_params(op.comm_op)
                 if params is not None:

@@ -117,7 +117,18 @@ def routed_experts(model: ModelSpec, *, pairs, slots_per_rank, active, moe_tp, l
 
 
 def moe_ops(
-    model: ModelSpec, hw: HardwareSpec, *, t, tp, dp, ep, moe_tp, redundant, comm: CommMode, prefill: bool
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t,
+    tp,
+    dp,
+    ep,
+    moe_tp,
+    redundant,
+    comm: CommMode,
+    prefill: bool,
+    comm_sms=None,
 ) -> list[OpWork]:
     m, d, p = model.moe, model.hidden_size, model.precision
     wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
@@ -132,7 +143,17 @@ def moe_ops(
     for name, stage in (("dispatch", 3), ("combine", 4)):
         ops.append(
             all_to_all(
-                model, hw, name, comm, tokens=t / tp, ep=ep, slots=slots, stage=stage, present=has_ep, moe_tp=moe_tp
+                model,
+                hw,
+                name,
+                comm,
+                tokens=t / tp,
+                ep=ep,
+                slots=slots,
+                stage=stage,
+                present=has_ep,
+                moe_tp=moe_tp,
+                comm_sms=comm_sms,
             )
         )
     # --- shared expert (stage 3): one copy per EP rank, tokens t*moe_tp/tp, sharded by moe_tp

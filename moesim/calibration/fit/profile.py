@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from moesim.calibration.fit.collectives import fit_collective_v2
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
 from moesim.calibration.fit.comm_deepep import fit_deepep_v2
 from moesim.calibration.fit.data import load_measurements
@@ -93,10 +94,17 @@ def _best_a2a(ad, mode: str, op: str, peaks: Peaks, gpu: str, folds) -> dict:
     return e
 
 
+def _has_backends(df) -> bool:
+    """Collective rows that name their backend (imported tables): the collective_v2 fit."""
+    d = df[df.kernel.astype(str).str.startswith("nccl_all")]
+    return len(d) > 0 and bool((d.backend.astype(str) != "").all())
+
+
 def _collectives_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict]) -> dict:
     collectives: dict = {}
     for op in S.COLLECTIVE_OPS:
-        e = fit_collective(df, op, peaks, gpu, folds) or _parent_entry(parents, "collectives", op)
+        e = fit_collective_v2(df, op, peaks, gpu, folds) if _has_backends(df) else None
+        e = e or fit_collective(df, op, peaks, gpu, folds) or _parent_entry(parents, "collectives", op)
         if e:
             collectives[op] = e
     return collectives

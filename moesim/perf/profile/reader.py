@@ -25,7 +25,7 @@ import yaml
 
 from moesim.errors import CalibrationError, SpecError
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, collective_terms, deepep_ll_sms, deepep_v2_terms
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
@@ -297,6 +297,25 @@ class Profile:
         if frac is not None and nominal > 0:
             return float(frac) * nominal
         return float(p[f"{link}_GBps"]) * 1e9
+
+    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
+        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `collective_v2` entry (NCCL,
+        or the engine's custom all-reduce where the message is within what it was measured at and
+        it is faster), or None (then collective_params)."""
+        e = self.collectives.get(str(op))
+        if e is None or e.get("model") != S.COLLECTIVE_V2:
+            return None
+        best = None
+        for p, cap in [(e["params"], None)] + [(c["params"], c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
+            bw = link_Bps * float(p["bw_efficiency"])
+            a, wire = collective_terms(str(op), n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
+            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
+            if best is None:
+                best = (a, w)
+                continue
+            use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
+            best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
+        return best
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's

@@ -43,7 +43,8 @@ PEAK = "peak"  # constant (eta_c, eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
 DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
-RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
+RING = "ring_alpha_beta"
+COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 KERNEL_MODELS = (OVERLAP, PEAK)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
@@ -117,6 +118,7 @@ PARAMS = {
         "rdma_node_decay": Num(0.0, 100.0, optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
+    COLLECTIVE_V2: {"alpha_us": US, "step_us": US, "bw_efficiency": Num(0.0, 3.0, lo_open=True)},
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -252,7 +254,13 @@ def validate(data: dict, path, hint: str = REGENERATE) -> None:
     for op, e in c.mapping(data.get("collectives"), "collectives").items():
         if op not in COLLECTIVE_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
             c.fail(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
-        c.fields(f"collectives.{op}.params", e["params"], PARAMS[RING])
+        model = COLLECTIVE_V2 if e.get("model") == COLLECTIVE_V2 else RING
+        c.fields(f"collectives.{op}.params", e["params"], PARAMS[model])
+        for backend, ce in c.mapping(e.get("custom"), f"collectives.{op}.custom").items():
+            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[model])
+            c.number(
+                f"collectives.{op}.custom.{backend}.max_bytes", (ce or {}).get("max_bytes"), Num(0.0, lo_open=True)
+            )
 
 
 def _validate_kernel(c: _Checker, fam: str, e) -> None:
