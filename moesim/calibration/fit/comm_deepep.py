@@ -38,7 +38,7 @@ SHAPE_KEYS = ["hidden", "topk", "experts", "ep", "sms"]
 class DeepEPRows:
     """The per-row inputs of deepep_v2_terms for one (mode, op) table."""
 
-    def __init__(self, ad: A2AData, mode: str, op: str, peaks: Peaks):
+    def __init__(self, ad: A2AData, mode: str, op: str, peaks: Peaks, pins: dict | None = None):
         d = ad.rows
         col = lambda c, default: np.where(np.isfinite(d[c].values.astype(float)), d[c].values.astype(float), default)  # noqa: E731
         self.t, self.rdma, self.nvl = ad.t, ad.rdma_bytes, ad.nvl_bytes
@@ -54,6 +54,11 @@ class DeepEPRows:
         self.r_nom = peaks.rdma_Bps or 50e9
         keys = np.stack([col(c, -1.0) if c != "sms" else self.sms for c in SHAPE_KEYS], axis=1)
         self.shape_id = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+        # pinned params (not identified by these rows): lo = hi = the value
+        self.lo, self.hi = LO.copy(), HI.copy()
+        for k, v in (pins or {}).items():
+            i = NAMES.index(k)
+            self.lo[i] = self.hi[i] = float(v)
 
     def predict(self, p, idx):
         prm = params_dict(p)
@@ -73,7 +78,18 @@ class DeepEPRows:
         return a + w
 
     def fit(self, idx):
-        return lsq(lambda p: np.log(self.predict(p, idx) / self.t[idx]), STARTS, LO, HI)
+        res = lambda p: np.log(self.predict(p, idx) / self.t[idx])  # noqa: E731
+        free = self.lo < self.hi
+        if free.all():
+            return lsq(res, STARTS, self.lo, self.hi)
+
+        def expand(q):
+            p = self.lo.copy()
+            p[free] = q
+            return p
+
+        q = lsq(lambda q: res(expand(q)), [np.asarray(s)[free] for s in STARTS], self.lo[free], self.hi[free])
+        return expand(q)
 
 
 def params_dict(p) -> dict:
@@ -104,9 +120,21 @@ def cv_block(errs, tokens, folds: int) -> dict:
     return out
 
 
-def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str) -> dict | None:
-    """The deepep_v2 entry of one (mode, op), or None with too few rows / shapes."""
+def single_node_pins(parent: dict | None) -> dict:
+    """Params single-node rows leave unidentified: no node growth of alpha or RDMA decay (not
+    observable), and the RDMA share of the parent entry (e.g. the H800 DeepEP README fit) or 0.8."""
+    frac = ((parent or {}).get("params") or {}).get("rdma_frac_nominal")
+    frac = float(frac) if isinstance(frac, (int, float)) and 0 < frac <= 1 else 0.8
+    return {"alpha_node_us": 0.0, "rdma_node_decay": 0.0, "rdma_frac_nominal": frac}
+
+
+def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: dict | None = None) -> dict | None:
+    """The deepep_v2 entry of one (mode, op), or None with too few rows / shapes. `parent`: the
+    entry the single-node pins take the RDMA share from."""
     rows = DeepEPRows(ad, mode, op, peaks)
+    one_node = bool(np.all(rows.nodes <= 1))
+    if one_node:
+        rows = DeepEPRows(ad, mode, op, peaks, single_node_pins(parent))
     n_shapes = len(np.unique(rows.shape_id))
     if len(rows.t) < 3 * len(NAMES) or n_shapes < 3:
         return None
@@ -115,7 +143,6 @@ def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str) -> di
     errs = shape_cv(rows)
     fitted = rows.predict(p, everything)
     prm = {k: _r(v, 5) for k, v in params_dict(p).items()}
-    one_node = bool(np.all(rows.nodes <= 1))
     note = (
         "t = alpha_us + alpha_node_us*log2(nodes) + alpha_expert_us*experts/ep + alpha_kB_us*msg_kB "
         "+ (link^q + sm^q)^(1/q); link = max(rdma_bytes/(rdma_frac_nominal*NIC), nvl_bytes/nvlink_GBps) "
@@ -123,7 +150,10 @@ def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str) -> di
         "(moesim.perf.collectives.deepep_v2_terms); CV leaves one whole shape out"
     )
     if one_node:
-        note += "; single-node rows: alpha_node_us and rdma_frac_nominal are not identified by them"
+        note += (
+            "; single-node rows: alpha_node_us = rdma_node_decay = 0 (node growth not observable) and "
+            f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from the parent entry (H800 DeepEP README fit)"
+        )
     return {
         "status": "fitted",
         "gpu": gpu,

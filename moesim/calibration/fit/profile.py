@@ -70,7 +70,8 @@ def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes:
         for op in S.COMM_OPS:
             ad = a2a_data(df, mode, op)
             if ad is not None and len(ad.t) >= 3:
-                comm.setdefault(mode, {})[op] = _best_a2a(ad, mode, op, peaks, gpu, folds)
+                parent = _parent_entry(parents, "comm", mode, op)
+                comm.setdefault(mode, {})[op] = _best_a2a(ad, mode, op, peaks, gpu, folds, parent)
             elif ad is not None:
                 notes.append(f"{mode} {op}: {len(ad.t)} rows are too few for alpha + two bandwidths; not fitted")
             else:
@@ -80,13 +81,14 @@ def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes:
     return comm
 
 
-def _best_a2a(ad, mode: str, op: str, peaks: Peaks, gpu: str, folds) -> dict:
+def _best_a2a(ad, mode: str, op: str, peaks: Peaks, gpu: str, folds, parent=None) -> dict:
     """alpha-beta fit, or DeepEP's deepep_v2 where the rows carry its shape (experts, hidden) and it
-    wins on held-out median error."""
+    wins on held-out median error (`parent`: the inherited entry single-node rows take their RDMA
+    share from)."""
     e = fit_a2a(ad, peaks, gpu, folds)
     if not mode.startswith("deepep") or not np.isfinite(ad.rows.experts.values.astype(float)).all():
         return e
-    v2 = fit_deepep_v2(ad, mode, op, peaks, gpu)
+    v2 = fit_deepep_v2(ad, mode, op, peaks, gpu, parent=parent)
     med = lambda x: x["cv"]["median_abs_pct"] if x["cv"]["median_abs_pct"] is not None else np.inf  # noqa: E731
     if v2 is not None and med(v2) < med(e):
         v2["alternative"] = {"model": e["model"], "params": e["params"], "cv": e["cv"]}
