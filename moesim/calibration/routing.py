@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.enums import CommMode
 from moesim.workload.comm import (
     a2a_copies,
     expected_distinct_nodes,
@@ -75,6 +76,7 @@ def deepep_logical_copies(kind: str, ep, gpus_per_node, experts, topk, topk_grou
         return expected_distinct_ranks(ep_eff, slots_eff, topk) * np.ones_like(ep)
     if kind == "rdma":
         return expected_distinct_nodes(ep_eff, g, slots_eff, topk) * np.ones_like(ep)
-    if kind == "ll":
-        return float(topk) * np.ones_like(ep)
+    if kind == "ll":  # every top-k pair, own rank included: the cost model's own LL count
+        rdma, nvl = a2a_copies(CommMode.DEEPEP_LL, ep, gpus_per_node, experts, topk)
+        return (rdma + nvl) * np.ones_like(ep)
     raise ValueError(f"kind must be nvl, rdma or ll, got {kind!r}")

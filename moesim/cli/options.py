@@ -38,6 +38,8 @@ HELP = {
     "cost_mode": "roofline | calibrated | measured",
     "engine": "sglang | trtllm | vllm: the serving engine whose kernel profile prices the run",
     "comm": "deepep-ll | deepep-normal | nccl | pplx",
+    "comm_sms": "SMs given to DeepEP's normal kernels (default: DeepEP's Buffer.num_sms = 20, what SGLang "
+    "runs): fewer -> slower dispatch/combine, more -> slower overlapped compute",
     "expert_skew": "auto | none | uniform | zipf:<s> | load.csv",
     "context_dist": "fixed | exp | lognormal:<cv>",
     "isl": "phase mixed: input (prompt) tokens per request",
@@ -80,6 +82,7 @@ Acceptance = Annotated[float, typer.Option("--acceptance", help=HELP["acceptance
 Redundant = Annotated[int, typer.Option("--redundant-experts", help=HELP["redundant"])]
 Overlap = Annotated[str | None, typer.Option("--overlap", help=HELP["overlap"])]
 Comm = Annotated[str | None, typer.Option("--comm", help=HELP["comm"])]
+CommSms = Annotated[int | None, typer.Option("--comm-sms", help=HELP["comm_sms"])]
 
 # ---------------------------------------------------------------- grid axes (strings parsed by the sweep)
 PhaseAxis = Annotated[str | None, typer.Option("--phase", help=HELP["phase"] + "; comma list")]
@@ -122,6 +125,7 @@ def config_block(
     cost_mode: CostMode = "calibrated",
     engine: Engine = "sglang",
     comm: Comm = None,
+    comm_sms: CommSms = None,
     expert_skew: ExpertSkew = "auto",
     context_dist: ContextDist = "fixed",
     set_: Set = None,

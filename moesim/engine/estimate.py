@@ -9,7 +9,7 @@ import numpy as np
 
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
-from moesim.errors import ConfigError
+from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
 from moesim.grid.validity import require_valid
@@ -172,7 +172,7 @@ def _inputs(m: ModelSpec, phase, batch, context, mtp, acceptance, redundant_expe
 def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
                   batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
                   cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
-                  profile=None, force_profile=False, cuda_graphs=True, engine=DEFAULT_ENGINE) -> EstimateResult:  # fmt: skip
+                  profile=None, force_profile=False, cuda_graphs=True, engine=DEFAULT_ENGINE, comm_sms=None) -> EstimateResult:  # fmt: skip
     """One decode or prefill step of one configuration, per-op detail (phase "mixed" composes two
     of these: `moesim.engine.serving`). Raises MoesimError subclasses on bad input. `engine`
     (sglang | trtllm | vllm) picks the calibration profile; config records it and the file used."""
@@ -189,9 +189,11 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
                        acceptance=acceptance, redundant=redundant_experts)  # fmt: skip
     require_valid(m, h, grid, phase)
+    if comm_sms is not None:  # DeepEP normal: 2 SMs per channel, at most the GPU's SMs
+        comm_sms = check_number("comm_sms", comm_sms, lo=2, hi=h.sms - 1, integer=True)
     ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm,
                               expert_skew=expert_skew, context_dist=context_dist, profile_path=profile,
-                              force_profile=force_profile, cuda_graphs=cuda_graphs, engine=engine)  # fmt: skip
+                              force_profile=force_profile, cuda_graphs=cuda_graphs, engine=engine, comm_sms=comm_sms)  # fmt: skip
     notes += ev.notes
     _check_step(ev, batch, overlap)
     memd = memory_table(ev.memory)
@@ -201,5 +203,7 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
               "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
               "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
               "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing}  # fmt: skip
+    if comm_sms is not None:
+        config["comm_sms"] = comm_sms
     ops = op_table(ev.op_costs, micro_batches(ev.chosen))
     return EstimateResult(m, h, config, dict(ev.values), ops, memd, notes)

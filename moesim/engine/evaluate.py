@@ -61,8 +61,9 @@ class _Pricer:
     depend on the context length: on large grids they are priced once per distinct context-free
     row and expanded (exact), the core on every row."""
 
-    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance):
+    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance, comm_sms=None):
         self.model, self.hw, self.grid, self.phase, self.comm, self.cm = model, hw, grid, phase, comm, cm
+        self.comm_sms = comm_sms
         self.imbalance = imbalance or {}
         self.rows = _context_free_rows(grid)
         self.cache = {}
@@ -73,7 +74,7 @@ class _Pricer:
         return self.cache[ub]
 
     def _groups(self, grid, ub, factors):
-        wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub)
+        wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub, comm_sms=self.comm_sms)
         return wl, {name: apply_factors(self.cm.costs(getattr(wl, name)), factors) for name in GROUPS}
 
     def _price(self, ub):
@@ -182,19 +183,22 @@ def evaluate(
     profile=None,
     imbalance=None,
     cuda_graphs=True,
+    comm_sms=None,
 ) -> Evaluation:
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
     imbalance: optional dict of arrays {"experts": max/mean routed load, "attention": max/mean
     KV work} applied to the slowest rank's expert, all-to-all and attention-core times;
     "experts@2" (if given) is the routed-load factor of one of two micro-batches.
+    comm_sms: SMs given to DeepEP's normal kernels (--comm-sms; None: DeepEP's default 20): their
+    copy rate (profile deepep_v2) and the share of SMs taken from the compute they overlap.
     """
     phase = Phase(phase)
     comm = CommMode(comm) if comm else default_comm(phase)
     overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
     cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=cuda_graphs)
     sync = hw.layer_sync_s if CostMode(cost_mode) != CostMode.ROOFLINE else 0.0
-    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance)
+    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms)
     results = {}
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)

@@ -100,12 +100,14 @@ def evaluate_grid(
     force_profile=False,
     cuda_graphs=True,
     engine=DEFAULT_ENGINE,
+    comm_sms=None,
 ):
     """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`)."""
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
     imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
     run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
+    run["comm_sms"] = comm_sms
     dd = _dedupe(grid)
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.workload.comm import DEEPEP_NORMAL_SMS  # noqa: F401  (re-exported for the reader)
+
 
 def hockney(alpha_s, nbytes, Bps):
     """alpha + bytes / bandwidth (Hockney's alpha-beta model of one transfer)."""
@@ -53,16 +55,71 @@ def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
 
-def by_ep_params(knots: dict, ep):
+def by_ep_params(knots: dict, ep, nominal: dict | None = None):
     """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
     piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the
-    knots whose traffic stays inside the domain."""
+    knots whose traffic stays inside the domain.
+
+    Bandwidth knots are fractions of the nominal link of the GPU they were measured on
+    (`rdma_frac_nominal` / `nvlink_frac_nominal` lists) times `nominal` (the live spec's nominal
+    {"rdma": Bps, "nvlink": Bps}), so a what-if on a link moves the time (issue 14); without
+    fractions or `nominal`, the absolute `*_GBps` knots."""
     x = np.log2(np.asarray(ep, float))
     kx = np.log2(np.asarray(knots["ep"], float))
     alpha = np.interp(x, kx, np.asarray(knots["alpha_us"], float)) * 1e-6
-    rk = [i for i, b in enumerate(knots["rdma_GBps"]) if b is not None]
-    nk = [i for i, b in enumerate(knots["nvlink_GBps"]) if b is not None]
-    # interpolate time per byte (1/bandwidth), the quantity that adds
-    rdma = 1e9 / np.interp(x, kx[rk], [1.0 / knots["rdma_GBps"][i] for i in rk]) if rk else np.full_like(x, 1e30)
-    nvl = 1e9 / np.interp(x, kx[nk], [1.0 / knots["nvlink_GBps"][i] for i in nk]) if nk else np.full_like(x, 1e30)
-    return alpha, rdma, nvl
+    out = []
+    for link in ("rdma", "nvlink"):
+        fr = knots.get(f"{link}_frac_nominal")
+        live = (nominal or {}).get(link, 0.0)
+        if fr is not None and live > 0:
+            vals = [None if f is None else float(f) * live for f in fr]
+        else:
+            vals = [None if b is None else float(b) * 1e9 for b in knots[f"{link}_GBps"]]
+        k = [i for i, b in enumerate(vals) if b is not None]
+        # interpolate time per byte (1/bandwidth), the quantity that adds
+        out.append(1.0 / np.interp(x, kx[k], [1.0 / vals[i] for i in k]) if k else np.full_like(x, 1e30))
+    return alpha, out[0], out[1]
+
+
+def deepep_ll_sms(experts, device_sms):
+    """Blocks DeepEP's low-latency kernels launch: ceil(E / ceil(E / SMs)) (internode_ll.cu:
+    num_warp_groups = ceil_div(num_experts, num_device_sms); num_sms = ceil_div(num_experts,
+    num_warp_groups)), i.e. one SM per expert up to the GPU's SM count."""
+    e = np.maximum(np.asarray(experts, float), 1.0)
+    return np.ceil(e / np.ceil(e / float(device_sms)))
+
+
+def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps):
+    """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
+    SGLang tables); time = alpha_s + wire_s:
+
+        t = alpha + (link^q + sm^q)^(1/q)
+        alpha = alpha_us + alpha_node_us * log2(nodes) + alpha_expert_us * experts / ep
+                + alpha_kB_us * msg_bytes / 1e3        (notify / handshake across nodes, per-expert
+                                                        signalling, per-message buffer set-up)
+        link  = max(rdma_bytes / (rdma_Bps / (1 + rdma_node_decay * (nodes - 1))), nvl_bytes / nvl_Bps)
+        sm    = (tokens * sm_token_us + (rdma_bytes + nvl_bytes) / sm_GBps) / sms
+
+    The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
+    (--comm-sms) or the LL kernels' launch (deepep_ll_sms). The q-norm (q >= 1) blends the
+    two limits near their knee (q -> inf: max). Rates in SI units; `p` holds the fitted params."""
+    us = 1e-6
+    nodes = np.maximum(np.asarray(nodes, float), 1.0)
+    alpha = (
+        float(p["alpha_us"])
+        + float(p["alpha_node_us"]) * np.log2(nodes)
+        + float(p["alpha_expert_us"]) * np.asarray(experts, float) / np.maximum(np.asarray(ep, float), 1.0)
+        + float(p["alpha_kB_us"]) * np.asarray(msg_bytes, float) / 1e3
+    ) * us
+    # multi-node RDMA efficiency: the fitted NIC share falls with the nodes a token fans out to
+    # (H200 normal rows: ~45 GB/s at 2-4 nodes, ~22 GB/s at 8 nodes per GPU)
+    rdma_Bps = rdma_Bps / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
+    link = a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps)
+    moved = np.asarray(rdma_bytes, float) + np.asarray(nvl_bytes, float)
+    sm = (np.asarray(tokens, float) * float(p["sm_token_us"]) * us + moved / (float(p["sm_GBps"]) * 1e9)) / np.maximum(
+        np.asarray(sms, float), 1.0
+    )
+    q = float(p["q"])
+    scale = np.maximum(np.maximum(link, sm), 1e-30)  # normalised q-norm: no overflow at large q
+    wire = scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q)
+    return alpha, np.where(moved > 0, wire, 0.0)

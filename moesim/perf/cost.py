@@ -147,8 +147,13 @@ class CostModel:
         if op.kind == OpKind.ALL_TO_ALL:
             alpha = np.where(rdma > 0, hw.rdma_latency_s, hw.nvlink_latency_s)
             rdma_bw, nvl_bw = hw.rdma_Bps(achievable), hw.nvlink_Bps(achievable)
+            mode = op.shape.get("mode", comm_mode)
             if self.profile is not None:
-                params = self.profile.comm_params(op.shape.get("mode", comm_mode), op.comm_op, op.shape["ep"])
+                terms = self._deepep_time(op, mode, rdma, nvl)
+                if terms is not None:  # deepep_v2: alpha terms + link / SM copy rate (collectives)
+                    a, wire = terms
+                    return self._comm_cost(op, a + wire, a, rdma + nvl, Provenance.FITTED.value)
+                params = self.profile.comm_params(mode, op.comm_op, op.shape["ep"])
                 if params is not None:
                     alpha, rdma_bw, nvl_bw = params
                     prov = Provenance.FITTED.value
@@ -163,6 +168,11 @@ class CostModel:
             lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
             msg = np.asarray(op.shape.get("bytes", 0.0), float)
             alpha, wire = collective_terms(op.comm_op, group, msg, nvl + rdma, lat, bw)
+            timed = (
+                None if self.profile is None else self.profile.collective_time(op.comm_op, group, msg, nvl + rdma, bw)
+            )
+            if timed is not None:  # collective_v2: fitted per-step latency, NCCL or the engine's custom AR
+                return self._comm_cost(op, timed[0] + timed[1], timed[0], rdma + nvl, Provenance.FITTED.value)
             if self.profile is not None:
                 params = self.profile.collective_params(op.comm_op)
                 if params is not None:
@@ -170,12 +180,34 @@ class CostModel:
                     alpha, bw = alpha + a0, bw * eff
                     prov = Provenance.FITTED.value
             net = wire / bw
-        shape = np.broadcast(net, alpha).shape
-        present = np.asarray(op.present, float)
-        time_s = (np.broadcast_to(net, shape) + alpha) * present
-        bound = np.where(
-            np.broadcast_to(alpha, shape) > np.broadcast_to(net, shape), BoundCode.LATENCY, BoundCode.NETWORK
+        return self._comm_cost(op, np.asarray(net, float) + alpha, alpha, rdma + nvl, prov)
+
+    def _deepep_time(self, op: OpWork, mode, rdma, nvl):
+        """The profile's deepep_v2 (alpha_s, wire_s) of an all-to-all op, or None (other models)."""
+        sh = op.shape
+        if "experts" not in sh:
+            return None
+        return self.profile.comm_time(
+            mode,
+            op.comm_op,
+            tokens=np.asarray(sh["tokens"], float) * np.asarray(sh.get("moe_tp", 1.0), float),
+            rdma_bytes=rdma,
+            nvl_bytes=nvl,
+            ep=sh["ep"],
+            experts=sh["experts"],
+            msg_bytes=sh["msg_bytes"],
+            sms=sh.get("sms"),
         )
+
+    def _comm_cost(self, op: OpWork, total, alpha, nbytes, prov: str) -> OpCost:
+        """OpCost of a comm op from its time and latency part (the rest is network time)."""
+        shape = np.broadcast(total, alpha).shape
+        total = np.broadcast_to(np.asarray(total, float), shape)
+        alpha = np.broadcast_to(np.asarray(alpha, float), shape)
+        net = total - alpha
+        present = np.asarray(op.present, float)
+        time_s = total * present
+        bound = np.where(alpha > net, BoundCode.LATENCY, BoundCode.NETWORK)
         z = np.zeros(shape)
         return OpCost(
             op.name,
@@ -184,11 +216,11 @@ class CostModel:
             time_s,
             z,
             z,
-            np.broadcast_to(net, shape) * present,
+            net * present,
             bound,
             prov,
             z,
-            (rdma + nvl) * present * np.ones(shape),
+            np.asarray(nbytes, float) * present * np.ones(shape),
             sm_share=op.sm_share,
             kind=op.kind,
         )

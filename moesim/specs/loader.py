@@ -138,11 +138,30 @@ def load_model(name_or_path="deepseek-v3", overrides: Mapping[str, object] | Non
     return build(ModelSpec, data, file=str(path))
 
 
+# nominal link bandwidth -> its achievable twin (HardwareSpec.nvlink_Bps / rdma_Bps(achievable=True))
+_ACHIEVABLE_TWIN = {"nvlink_bw_GBps": "nvlink_eff_bw_GBps", "rdma_bw_GBps": "rdma_eff_bw_GBps"}
+
+
+def _carry_achievable(data: dict, overrides: Mapping[str, object]) -> dict:
+    """A --set of a nominal link bandwidth alone keeps the spec's achievable fraction (achievable =
+    nominal x the file's eff / nominal), so a what-if on the link moves calibrated/achievable times
+    too (issue 14: every bandwidth what-if must move the answer)."""
+    out = dict(overrides)
+    for nom, eff in _ACHIEVABLE_TWIN.items():
+        if nom not in overrides or eff in overrides:
+            continue
+        old_nom, old_eff, new_nom = data.get(nom), data.get(eff), overrides[nom]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old_nom, old_eff, new_nom))
+        if numbers and old_nom > 0:
+            out[eff] = float(new_nom) * float(old_eff) / float(old_nom)
+    return out
+
+
 def load_hardware(name_or_path="h800", overrides: Mapping[str, object] | None = None) -> HardwareSpec:
     path = _resolve("hardware", name_or_path)
     data = read_mapping(path)
     if overrides:
-        data = _apply(data, overrides, "hardware", path)
+        data = _apply(data, _carry_achievable(data, overrides), "hardware", path)
     return build(HardwareSpec, data, file=str(path))
 
 

@@ -42,8 +42,15 @@ def tokens(grid: Grid, phase: Phase, micro_batches: int = 1):
 
 
 def build(
-    model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase, comm: CommMode, micro_batches: int = 1
+    model: ModelSpec,
+    hw: HardwareSpec,
+    grid: Grid,
+    phase: Phase,
+    comm: CommMode,
+    micro_batches: int = 1,
+    comm_sms=None,
 ) -> Workload:
+    """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20)."""
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
@@ -66,6 +73,7 @@ def build(
             redundant=grid.redundant,
             comm=comm,
             prefill=prefill,
+            comm_sms=comm_sms,
         )
     step = _step_ops(model, t, b_req, grid.tp, prefill)
     mtp: list[OpWork] = []

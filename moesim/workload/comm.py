@@ -3,7 +3,8 @@
 All functions broadcast over numpy arrays. Byte accounting (DESIGN.md "Collectives"):
   * dispatch = FP8 hidden + one fp32 scale per 128 values; combine = BF16 hidden (DeepEP README).
   * deepep-ll: one copy per (token, selected expert) straight to that expert's rank, no per-rank
-    dedup (DeepEP low-latency kernels: per-expert receive buffers); copies to ranks inside the
+    dedup, the sender's own rank included (DeepEP low-latency kernels: per-expert receive
+    buffers); copies to ranks inside the
     NVLink domain travel over NVLink (NVLink-assisted LL, DeepEP PR 2025-04), the rest over RDMA.
   * deepep-normal: one RDMA copy per distinct destination *node*, forwarded over NVLink to each
     distinct destination rank there (DeepEP normal kernels; V3 report sec. 3.2.2).
@@ -17,6 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.enums import CommMode
+
+# SMs DeepEP's normal kernels get by default: deep_ep Buffer.num_sms = 20 (buffer.py; SGLang and
+# vLLM keep it: vllm all2all.py "This is the DeepEP default"); `--comm-sms` overrides it. The LL
+# kernels launch their own (moesim.perf.collectives.deepep_ll_sms) and, with the receive hook,
+# hold no SMs between calls (DeepSeek decode overlap figure, OII-017).
+DEEPEP_NORMAL_SMS = 20
 
 
 def dispatch_bytes_per_token(
@@ -80,16 +87,18 @@ def expected_distinct_nodes(ep, gpus_per_domain, slots, k):
 def a2a_copies(mode: CommMode, ep, gpus_per_domain, slots, k):
     """(rdma_copies, nvlink_copies) per token sent from one rank, expected values.
 
-    Copies to the sending rank itself are local (HBM) and excluded.
+    Copies to the sending rank itself are local (HBM) and excluded, except in deepep-ll: the
+    low-latency kernels write every (token, selected expert) pair through the same per-expert
+    receive buffers, the sender's own rank included (DeepEP test_low_latency.py counts all top-k
+    copies; the measured H200 LL times scale with that count), so LL moves k copies per token.
     """
     mode = CommMode(mode)
     ep = np.asarray(ep, dtype=float)
     g = np.minimum(np.asarray(gpus_per_domain, dtype=float), ep)
     local_frac = g / ep  # share of slots inside my NVLink domain (incl. myself)
-    self_frac = 1.0 / ep
     if mode == CommMode.DEEPEP_LL:
         rdma = k * (1.0 - local_frac)
-        nvl = k * (local_frac - self_frac)
+        nvl = np.where(ep > 1.0, k * local_frac, 0.0)  # own-rank copy included (docstring)
     elif mode == CommMode.DEEPEP_NORMAL:
         nodes = np.maximum(ep / g, 1.0)
         dn = expected_distinct_nodes(ep, g, slots, k)

@@ -10,7 +10,7 @@ import numpy as np
 from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
-from moesim.workload.comm import a2a_network_bytes
+from moesim.workload.comm import DEEPEP_NORMAL_SMS, a2a_message_bytes, a2a_network_bytes
 from moesim.workload.ops import (
     OpWork,
     act_elem_bytes,
@@ -22,10 +22,16 @@ from moesim.workload.ops import (
     quant_pass,
 )
 
-# SMs held by comm kernels while in flight. DeepSeek's prefill overlap figure: 108 compute / 24
-# communication SMs for DeepEP normal kernels (OII-016); decode figure 132 / 0 for the low-latency
-# kernels with the receive hook (OII-017). Others: not published -> 0 (optimistic, stated).
-COMM_SMS = {CommMode.DEEPEP_NORMAL: 24.0}
+
+# SMs held by comm kernels while in flight: DeepEP normal holds its num_sms (--comm-sms; default
+# DeepEP's Buffer.num_sms = 20, what SGLang runs; DeepSeek's own prefill figure used 24, OII-016);
+# decode figure 132 / 0 for the low-latency kernels with the receive hook (OII-017). Others: not
+# published -> 0 (optimistic, stated).
+def comm_sms_held(comm: CommMode, comm_sms=None) -> float:
+    """SMs a comm kernel of mode `comm` holds while in flight."""
+    if CommMode(comm) != CommMode.DEEPEP_NORMAL:
+        return 0.0
+    return float(DEEPEP_NORMAL_SMS if comm_sms is None else comm_sms)
 
 
 def _act(name, m, width, stage, tags=frozenset()):
@@ -60,13 +66,29 @@ A2A_TAGS = {"dispatch": frozenset({Tag.A2A, Tag.DISPATCH}), "combine": frozenset
 
 
 def all_to_all(
-    model: ModelSpec, hw: HardwareSpec, op: str, comm: CommMode, *, tokens, ep, slots, stage, present, moe_tp=1.0
+    model: ModelSpec,
+    hw: HardwareSpec,
+    op: str,
+    comm: CommMode,
+    *,
+    tokens,
+    ep,
+    slots,
+    stage,
+    present,
+    moe_tp=1.0,
+    comm_sms=None,
 ) -> OpWork:
     """EP dispatch or combine of `tokens` tokens sent by one rank, each once per expert-TP shard
-    (bytes: comm.a2a_network_bytes)."""
+    (bytes: comm.a2a_network_bytes). `comm_sms`: SMs given to DeepEP's normal kernels."""
     comm = CommMode(comm)
     rdma, nvl = a2a_network_bytes(comm, op, model, tokens=tokens, ep=ep, gpus_per_domain=hw.domain_gpus, slots=slots)
     p = model.precision
+    sms = comm_sms_held(comm, comm_sms)
+    shape = {"ep": ep, "tokens": tokens, "mode": comm.value, "experts": slots, "moe_tp": moe_tp}
+    shape["msg_bytes"] = a2a_message_bytes(op, model.hidden_size, p)
+    if sms:
+        shape["sms"] = sms
     return OpWork(
         name=op,
         kind=OpKind.ALL_TO_ALL,
@@ -77,9 +99,9 @@ def all_to_all(
         net_bytes_nvlink=nvl * moe_tp,
         group=ep,
         comm_op=op,
-        shape={"ep": ep, "tokens": tokens, "mode": comm.value},
+        shape=shape,
         present=present,
-        sm_share=COMM_SMS.get(comm, 0.0) / hw.sms,
+        sm_share=sms / hw.sms,
         tags=A2A_TAGS[op],
     )
 
@@ -109,7 +131,18 @@ def routed_experts(model: ModelSpec, *, pairs, slots_per_rank, active, moe_tp, l
 
 
 def moe_ops(
-    model: ModelSpec, hw: HardwareSpec, *, t, tp, dp, ep, moe_tp, redundant, comm: CommMode, prefill: bool
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t,
+    tp,
+    dp,
+    ep,
+    moe_tp,
+    redundant,
+    comm: CommMode,
+    prefill: bool,
+    comm_sms=None,
 ) -> list[OpWork]:
     m, d, p = model.moe, model.hidden_size, model.precision
     wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
@@ -124,7 +157,17 @@ def moe_ops(
     for name, stage in (("dispatch", 3), ("combine", 4)):
         ops.append(
             all_to_all(
-                model, hw, name, comm, tokens=t / tp, ep=ep, slots=slots, stage=stage, present=has_ep, moe_tp=moe_tp
+                model,
+                hw,
+                name,
+                comm,
+                tokens=t / tp,
+                ep=ep,
+                slots=slots,
+                stage=stage,
+                present=has_ep,
+                moe_tp=moe_tp,
+                comm_sms=comm_sms,
             )
         )
     # --- shared expert (stage 3): one copy per EP rank, tokens t*moe_tp/tp, sharded by moe_tp

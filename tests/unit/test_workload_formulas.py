@@ -66,9 +66,10 @@ def test_mla_work_from_deepseek_v3_dims(v3):
 
 def test_a2a_copies_hand_cases():
     # DeepEP LL, EP16 over two 8-GPU nodes, top-8 of 256: half the picks off-node (RDMA), the
-    # own node's other 7 ranks get 7/16 of the picks over NVLink
+    # own node's 8 ranks (the sender's own one included: LL writes every top-k copy through its
+    # receive buffers) get the other half over NVLink
     r, n = a2a_copies(CommMode.DEEPEP_LL, 16.0, 8, 256, 8)
-    assert float(r) == 4.0 and float(n) == 3.5
+    assert float(r) == 4.0 and float(n) == 4.0
     # nccl, EP2 in one node, 4 slots, top-2: the other rank is reached unless both picks are
     # on my two slots: 1 - (2/4)(1/3) = 5/6 copies, all over NVLink
     r, n = a2a_copies(CommMode.NCCL, 2.0, 8, 4, 2)
@@ -83,7 +84,7 @@ def test_a2a_bytes_dispatch_message_and_volume(v3):
     r, n = a2a_network_bytes(CommMode.DEEPEP_LL, "dispatch", m, tokens=10, ep=16.0, gpus_per_domain=8, slots=256)
     # V3's group limit (top-4 of 8 groups) leaves LL's expected copies unchanged: linear in the off-node share
     assert float(r) == pytest.approx(10 * 4.0 * 7392, rel=1e-12)
-    assert float(n) == pytest.approx(10 * 3.5 * 7392, rel=1e-12)
+    assert float(n) == pytest.approx(10 * 4.0 * 7392, rel=1e-12)
     r, n = a2a_network_bytes(CommMode.DEEPEP_LL, "combine", m, tokens=10, ep=16.0, gpus_per_domain=8, slots=256)
     assert float(r) == pytest.approx(10 * 4.0 * 7168 * 2, rel=1e-12)
 

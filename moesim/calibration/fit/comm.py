@@ -128,8 +128,10 @@ def _a2a_variant(ad: A2AData, peaks: Peaks, two_alpha: bool, prior: float):
     return fit, pred, unpack
 
 
-def _fit_by_ep(ad: A2AData, idx) -> dict:
-    """Per EP with >= 2 token counts: least-squares alpha and bandwidth of the dominant link."""
+def _fit_by_ep(ad: A2AData, idx, peaks: Peaks | None = None) -> dict:
+    """Per EP with >= 2 token counts: least-squares alpha and bandwidth of the dominant link; with
+    `peaks`, each bandwidth also as a fraction of the measuring GPU's nominal link (what the reader
+    rescales to the live spec, so a link what-if moves the time)."""
     ep = ad.rows.ep.values.astype(float)[idx]
     knots = {"ep": [], "alpha_us": [], "rdma_GBps": [], "nvlink_GBps": []}
     for e in np.unique(ep):
@@ -148,10 +150,15 @@ def _fit_by_ep(ad: A2AData, idx) -> dict:
         knots["nvlink_GBps"].append(1e-9 / float(inv_bw) if intra else None)
     if len(knots["ep"]) < 2:
         raise ValueError("fewer than two EP sizes with two token counts")
+    if peaks is not None:
+        for link, nom in (("rdma", peaks.rdma_Bps), ("nvlink", peaks.nvlink_Bps)):
+            knots[f"{link}_frac_nominal"] = [
+                None if b is None or not nom else min(b * 1e9 / nom, 1.0) for b in knots[f"{link}_GBps"]
+            ]
     return knots
 
 
-def fit_a2a_by_ep(ad: A2AData, gpu: str) -> dict | None:
+def fit_a2a_by_ep(ad: A2AData, gpu: str, peaks: Peaks | None = None) -> dict | None:
     """Per-EP alpha-beta (pplx-kernels' latency is not monotone in EP: EP16 slower than EP128), with
     leave-one-EP-out cross-validation: the error of interpolating to an EP not measured."""
     n = len(ad.t)
@@ -160,7 +167,7 @@ def fit_a2a_by_ep(ad: A2AData, gpu: str) -> dict | None:
     if len(eps) < 3:
         return None
     try:
-        knots_all = _fit_by_ep(ad, np.arange(n))
+        knots_all = _fit_by_ep(ad, np.arange(n), peaks)
     except ValueError:
         return None
     errs = np.full(n, np.nan)
@@ -195,7 +202,7 @@ def fit_a2a_by_ep(ad: A2AData, gpu: str) -> dict | None:
 def fit_a2a(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior: float = PRIOR_WEIGHT) -> dict:
     """The better (held-out median error) of the global alpha-beta fit and the per-EP one."""
     glob = fit_a2a_global(ad, peaks, gpu, folds, prior)
-    per_ep = fit_a2a_by_ep(ad, gpu)
+    per_ep = fit_a2a_by_ep(ad, gpu, peaks)
     med = lambda e: e["cv"]["median_abs_pct"] if e["cv"]["median_abs_pct"] is not None else np.inf  # noqa: E731
     if per_ep is not None and med(per_ep) < med(glob):
         per_ep["alternative"] = {"model": glob["model"], "params": glob["params"], "cv": glob["cv"]}

@@ -13,11 +13,14 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from moesim.calibration.fit import residual as R
+from moesim.calibration.fit.collectives import fit_collective_v2
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
+from moesim.calibration.fit.comm_deepep import fit_deepep_v2
 from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.kernels import fit_kernels
 from moesim.calibration.fit.peaks import Peaks, derive_peaks
@@ -71,7 +74,8 @@ def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes:
         for op in S.COMM_OPS:
             ad = a2a_data(df, mode, op)
             if ad is not None and len(ad.t) >= 3:
-                comm.setdefault(mode, {})[op] = fit_a2a(ad, peaks, gpu, folds)
+                parent = _parent_entry(parents, "comm", mode, op)
+                comm.setdefault(mode, {})[op] = _best_a2a(ad, mode, op, peaks, gpu, folds, parent)
             elif ad is not None:
                 notes.append(f"{mode} {op}: {len(ad.t)} rows are too few for alpha + two bandwidths; not fitted")
             else:
@@ -81,10 +85,32 @@ def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes:
     return comm
 
 
+def _best_a2a(ad, mode: str, op: str, peaks: Peaks, gpu: str, folds, parent=None) -> dict:
+    """alpha-beta fit, or DeepEP's deepep_v2 where the rows carry its shape (experts, hidden) and it
+    wins on held-out median error (`parent`: the inherited entry single-node rows take their RDMA
+    share from)."""
+    e = fit_a2a(ad, peaks, gpu, folds)
+    if not mode.startswith("deepep") or not np.isfinite(ad.rows.experts.values.astype(float)).all():
+        return e
+    v2 = fit_deepep_v2(ad, mode, op, peaks, gpu, parent=parent)
+    med = lambda x: x["cv"]["median_abs_pct"] if x["cv"]["median_abs_pct"] is not None else np.inf  # noqa: E731
+    if v2 is not None and med(v2) < med(e):
+        v2["alternative"] = {"model": e["model"], "params": e["params"], "cv": e["cv"]}
+        return v2
+    return e
+
+
+def _has_backends(df) -> bool:
+    """Collective rows that name their backend (imported tables): the collective_v2 fit."""
+    d = df[df.kernel.astype(str).str.startswith("nccl_all")]
+    return len(d) > 0 and bool((d.backend.astype(str) != "").all())
+
+
 def _collectives_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict]) -> dict:
     collectives: dict = {}
     for op in S.COLLECTIVE_OPS:
-        e = fit_collective(df, op, peaks, gpu, folds) or _parent_entry(parents, "collectives", op)
+        e = fit_collective_v2(df, op, peaks, gpu, folds) if _has_backends(df) else None
+        e = e or fit_collective(df, op, peaks, gpu, folds) or _parent_entry(parents, "collectives", op)
         if e:
             collectives[op] = e
     return collectives

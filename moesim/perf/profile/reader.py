@@ -28,16 +28,16 @@ import numpy as np
 import yaml
 
 from moesim.enums import Engine
-from moesim.errors import CalibrationError
+from moesim.errors import CalibrationError, SpecError
 from moesim.perf import attention_eff as A
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import by_ep_params
+from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, collective_terms, deepep_ll_sms, deepep_v2_terms
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.work import kernel_work, model_time, peak_flops
-from moesim.specs.loader import data_root, read_text, yaml_problem
+from moesim.specs.loader import data_root, load_hardware, read_text, yaml_problem
 
 
 def _norm_gpu(name) -> str:
@@ -138,6 +138,18 @@ def pick_variant(e: dict, dtype: str, layout=None) -> dict:
     return e
 
 
+def _measured_nominal(entry: dict, data: dict) -> dict:
+    """{"rdma": Bps, "nvlink": Bps}: nominal links of the GPU an entry's rows were measured on."""
+    nom = entry.get("nominal")
+    if isinstance(nom, dict) and nom.get("rdma_GBps"):
+        return {"rdma": float(nom["rdma_GBps"]) * 1e9, "nvlink": float(nom.get("nvlink_GBps") or 0) * 1e9}
+    try:  # the measuring GPU's spec (an entry inherited from another GPU names it in `gpu`)
+        hw = load_hardware(str(entry.get("gpu") or data["gpu"]))
+        return {"rdma": hw.rdma_Bps(False), "nvlink": hw.nvlink_Bps(False)}
+    except SpecError:
+        return S.roofline_from_yaml(data.get("roofline") or {})["nominal"]
+
+
 class Profile:
     """A loaded calibration profile bound to a hardware spec (or to the peaks it records)."""
 
@@ -167,6 +179,7 @@ class Profile:
             self.launch_s = float(hardware.kernel_launch_s)
         else:
             self.launch_s = float(launch.get("us", 0.0)) * 1e-6
+        self._knots: dict = {}  # (mode, op) -> per-EP knots with fractions of nominal
         self._tables = {fam: M.build_table(fam, self.kernels.get(fam)) for fam in M.TABLE_AXES}
 
     def __repr__(self) -> str:
@@ -302,7 +315,7 @@ class Profile:
             return None
         p = e["params"]
         if e.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots, interpolated in log2(EP)
-            return by_ep_params(p, ep)
+            return by_ep_params(self._by_ep_knots(m, str(op), e), ep, self._nom)
         ones = np.ones(np.shape(ep)) if np.ndim(ep) else np.ones(())
         alpha = float(p["alpha_us"]) * 1e-6 * ones
         if p.get("alpha_intra_us") is not None:  # EP inside one NVLink domain: no RDMA hop
@@ -311,12 +324,80 @@ class Profile:
         nvl = self._link_bw(p, "nvlink") * ones
         return alpha, rdma, nvl
 
+    def comm_time(self, mode, op, *, tokens, rdma_bytes, nvl_bytes, ep, experts, msg_bytes, sms=None):
+        """(alpha_s, wire_s) of a DeepEP dispatch / combine priced by a `deepep_v2` entry, or None when the
+        entry is absent or of another model (then comm_params). `sms`: SMs given to the normal
+        kernels (--comm-sms; DeepEP's Buffer.num_sms = 20 by default); the LL kernels' own launch
+        otherwise (deepep_ll_sms). Bandwidths: RDMA as a fraction of the live NIC; the intranode
+        rate is the absolute one the kernel reached, capped by the live NVLink."""
+        m = str(getattr(mode, "value", mode))
+        m = S.MODE_ALIASES.get(m, m)
+        e = (self.comm.get(m) or {}).get(str(op))
+        if e is None or e.get("model") != S.DEEPEP_V2:
+            return None
+        p = e["params"]
+        if sms is None:
+            sms = deepep_ll_sms(experts, self._sms) if m == "deepep-ll" else DEEPEP_NORMAL_SMS
+        nvl_live = self._nom.get("nvlink", 0.0)
+        nvl = float(p["nvlink_GBps"]) * 1e9
+        nodes = np.maximum(np.asarray(ep, float) / max(self._domain, 1), 1.0)
+        return deepep_v2_terms(
+            p,
+            tokens=tokens,
+            rdma_bytes=rdma_bytes,
+            nvl_bytes=nvl_bytes,
+            nodes=nodes,
+            experts=experts,
+            ep=ep,
+            msg_bytes=msg_bytes,
+            sms=sms,
+            rdma_Bps=float(p["rdma_frac_nominal"]) * max(self._nom.get("rdma", 0.0), 1.0),
+            nvl_Bps=min(nvl, nvl_live) if nvl_live > 0 else nvl,
+        )
+
+    def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
+        """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were
+        measured on: the fit writes `*_frac_nominal`; older profiles get them from the entry's
+        `nominal` block, else the measuring GPU's hardware spec, else this profile's roofline."""
+        key = (mode, op)
+        if key in self._knots:
+            return self._knots[key]
+        p = dict(e["params"])
+        if p.get("rdma_frac_nominal") is None or p.get("nvlink_frac_nominal") is None:
+            meas = _measured_nominal(e, self.data)
+            for link in ("rdma", "nvlink"):
+                nom = meas.get(link, 0.0)
+                p[f"{link}_frac_nominal"] = [
+                    None if b is None or nom <= 0 else float(b) * 1e9 / nom for b in p[f"{link}_GBps"]
+                ]
+        self._knots[key] = p
+        return p
+
     def _link_bw(self, p: dict, link: str) -> float:
         frac = p.get(f"{link}_frac_nominal")
         nominal = self._nom.get(link, 0.0)
         if frac is not None and nominal > 0:
             return float(frac) * nominal
         return float(p[f"{link}_GBps"]) * 1e9
+
+    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
+        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `collective_v2` entry (NCCL,
+        or the engine's custom all-reduce where the message is within what it was measured at and
+        it is faster), or None (then collective_params)."""
+        e = self.collectives.get(str(op))
+        if e is None or e.get("model") != S.COLLECTIVE_V2:
+            return None
+        best = None
+        for p, cap in [(e["params"], None)] + [(c["params"], c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
+            bw = link_Bps * float(p["bw_efficiency"])
+            a, wire = collective_terms(str(op), n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
+            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
+            if best is None:
+                best = (a, w)
+                continue
+            use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
+            best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
+        return best
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's

@@ -10,7 +10,7 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
                              residuals?, measurements?: {columns, rows},
                              residual?: {file, key, axes, points, sha256}  (measured log residuals in
                              a side-car .npz, moesim.perf.profile.residual; also on variants)}}
-    comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep, params, ...}}}
+    comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2, params, ...}}}
     collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
 
 Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
@@ -55,7 +55,9 @@ WAVES = "waves_v1"  # tile / wave quantized GEMM-like kernels, moesim.perf.effic
 STREAM = "stream_v1"  # streaming kernels (activation quant): alpha + bytes / (W eta_m)
 ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
 ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
+DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
+COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
@@ -122,6 +124,22 @@ PARAMS = {
         "alpha_us": US,
         "rdma_GBps": GBPS._replace(optional=True),
         "nvlink_GBps": GBPS._replace(optional=True),
+        # optional lists: the knots' bandwidths as fractions of the measuring GPU's nominal links
+        # (the reader rescales them to the live spec; older profiles derive them)
+        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
+        "nvlink_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
+    },
+    DEEPEP_V2: {
+        "alpha_us": US,
+        "alpha_node_us": US,
+        "alpha_expert_us": US,
+        "alpha_kB_us": US,
+        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True),
+        "nvlink_GBps": GBPS,  # absolute: what the kernel achieves inside a node (capped by the live link)
+        "sm_GBps": GBPS,
+        "sm_token_us": US,
+        "q": Num(1.0, 64.0),
+        "rdma_node_decay": Num(0.0, 100.0, optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
     MLA_V2: {
@@ -135,6 +153,7 @@ PARAMS = {
         "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
         "q": Num(1.0, optional=True, inf_ok=True),
     },
+    COLLECTIVE_V2: {"alpha_us": US, "step_us": US, "bw_efficiency": Num(0.0, 3.0, lo_open=True)},
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -270,7 +289,13 @@ def validate(data: dict, path, hint: str = REGENERATE) -> None:
     for op, e in c.mapping(data.get("collectives"), "collectives").items():
         if op not in COLLECTIVE_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
             c.fail(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
-        c.fields(f"collectives.{op}.params", e["params"], PARAMS[RING])
+        model = COLLECTIVE_V2 if e.get("model") == COLLECTIVE_V2 else RING
+        c.fields(f"collectives.{op}.params", e["params"], PARAMS[model])
+        for backend, ce in c.mapping(e.get("custom"), f"collectives.{op}.custom").items():
+            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[model])
+            c.number(
+                f"collectives.{op}.custom.{backend}.max_bytes", (ce or {}).get("max_bytes"), Num(0.0, lo_open=True)
+            )
 
 
 def _validate_kernel(c: _Checker, fam: str, e) -> None:
@@ -324,10 +349,13 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
     if op not in COMM_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
         c.fail(f"{where}: needs op dispatch/combine with `params`")
     p = e["params"]
+    if e.get("model") == DEEPEP_V2:
+        c.fields(f"{where}.params", p, PARAMS[DEEPEP_V2])
+        return
     if e.get("model") != ALPHA_BETA_BY_EP:
         c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
         return
-    knots = PARAMS[ALPHA_BETA_BY_EP]
+    knots = {f: v for f, v in PARAMS[ALPHA_BETA_BY_EP].items() if "frac" not in f or p.get(f) is not None}
     n = len(p.get("ep") or [])
     if n < 2 or not all(isinstance(p.get(f), list) and len(p[f]) == n for f in knots):
         c.fail(

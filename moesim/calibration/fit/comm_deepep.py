@@ -1,0 +1,169 @@
+"""DeepEP dispatch / combine fit, model `deepep_v2` (moesim.perf.collectives.deepep_v2_terms, the
+function the cost model prices with): alpha terms (per call, per node doubling, per local expert,
+per message kB), the link term (RDMA as a fraction of the measuring GPU's nominal NIC; NVLink as
+the absolute rate the kernel reached: DeepEP LL inside a node is bounded by its own copy loop, not
+by the nominal NVLink) and the SM copy term (per token and per byte, over the SMs the kernel runs
+on: --comm-sms for the normal kernels, the LL launch's one SM per expert), blended by a q-norm.
+
+Bytes: moesim.workload.comm under the benchmark's routing (moesim.calibration.routing), the same
+accounting the cost model uses. Cross-validation holds out one whole shape (hidden, top-k,
+experts, EP, SMs: every token count of it) at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.calibration.fit.comm import A2AData, _residuals
+from moesim.calibration.fit.cv import cv_summary, lsq
+from moesim.calibration.fit.data import id_span, sources_text
+from moesim.calibration.fit.peaks import Peaks
+from moesim.perf.collectives import DEEPEP_NORMAL_SMS, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.schema import round_sig as _r
+from moesim.workload.comm import combine_bytes_per_token, dispatch_bytes_per_token
+
+NAMES = ("alpha_us", "alpha_node_us", "alpha_expert_us", "alpha_kB_us", "rdma_frac_nominal", "nvlink_GBps")
+NAMES += ("sm_GBps", "sm_token_us", "q", "rdma_node_decay")
+LO = np.array([0.0, 0.0, 0.0, 0.0, 0.02, 10.0, 0.5, 0.0, 1.0, 0.0])
+HI = np.array([500.0, 500.0, 10.0, 50.0, 1.0, 2000.0, 2000.0, 100.0, 16.0, 10.0])
+STARTS = (
+    [10.0, 10.0, 0.1, 0.5, 0.5, 300.0, 5.0, 0.5, 4.0, 0.0],
+    [30.0, 20.0, 0.05, 1.0, 0.8, 200.0, 20.0, 2.0, 2.0, 0.2],
+    [10.0, 20.0, 0.1, 0.2, 0.3, 300.0, 2.0, 0.1, 8.0, 0.05],
+)
+SHAPE_KEYS = ["hidden", "topk", "experts", "ep", "sms"]
+
+
+class DeepEPRows:
+    """The per-row inputs of deepep_v2_terms for one (mode, op) table."""
+
+    def __init__(self, ad: A2AData, mode: str, op: str, peaks: Peaks, pins: dict | None = None):
+        d = ad.rows
+        col = lambda c, default: np.where(np.isfinite(d[c].values.astype(float)), d[c].values.astype(float), default)  # noqa: E731
+        self.t, self.rdma, self.nvl = ad.t, ad.rdma_bytes, ad.nvl_bytes
+        self.tokens = d.tokens.values.astype(float)
+        self.hidden = col("hidden", 7168.0)
+        self.experts = col("experts", 256.0)
+        self.ep = d.ep.values.astype(float)
+        self.nodes = np.maximum(self.ep / col("gpus_per_node", 8.0), 1.0)
+        per = dispatch_bytes_per_token if op == "dispatch" else combine_bytes_per_token
+        self.msg = np.array([per(int(h)) for h in self.hidden])
+        ll = deepep_ll_sms(self.experts, peaks.sms)
+        self.sms = ll if mode == "deepep-ll" else col("sms", float(DEEPEP_NORMAL_SMS))
+        self.r_nom = peaks.rdma_Bps or 50e9
+        keys = np.stack([col(c, -1.0) if c != "sms" else self.sms for c in SHAPE_KEYS], axis=1)
+        self.shape_id = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+        # pinned params (not identified by these rows): lo = hi = the value
+        self.lo, self.hi = LO.copy(), HI.copy()
+        for k, v in (pins or {}).items():
+            i = NAMES.index(k)
+            self.lo[i] = self.hi[i] = float(v)
+
+    def predict(self, p, idx):
+        prm = params_dict(p)
+        a, w = deepep_v2_terms(
+            prm,
+            tokens=self.tokens[idx],
+            rdma_bytes=self.rdma[idx],
+            nvl_bytes=self.nvl[idx],
+            nodes=self.nodes[idx],
+            experts=self.experts[idx],
+            ep=self.ep[idx],
+            msg_bytes=self.msg[idx],
+            sms=self.sms[idx],
+            rdma_Bps=prm["rdma_frac_nominal"] * self.r_nom,
+            nvl_Bps=prm["nvlink_GBps"] * 1e9,
+        )
+        return a + w
+
+    def fit(self, idx):
+        res = lambda p: np.log(self.predict(p, idx) / self.t[idx])  # noqa: E731
+        free = self.lo < self.hi
+        if free.all():
+            return lsq(res, STARTS, self.lo, self.hi)
+
+        def expand(q):
+            p = self.lo.copy()
+            p[free] = q
+            return p
+
+        q = lsq(lambda q: res(expand(q)), [np.asarray(s)[free] for s in STARTS], self.lo[free], self.hi[free])
+        return expand(q)
+
+
+def params_dict(p) -> dict:
+    return dict(zip(NAMES, (float(v) for v in p)))
+
+
+def shape_cv(rows: DeepEPRows) -> np.ndarray:
+    """Leave-one-shape-out relative errors (held-out prediction / measured - 1) per row."""
+    errs = np.full(len(rows.t), np.nan)
+    everything = np.arange(len(rows.t))
+    for s in np.unique(rows.shape_id):
+        test = everything[rows.shape_id == s]
+        train = everything[rows.shape_id != s]
+        if len(train) < len(NAMES) + 2:
+            continue
+        errs[test] = rows.predict(rows.fit(train), test) / rows.t[test] - 1.0
+    return errs
+
+
+def cv_block(errs, tokens, folds: int) -> dict:
+    """cv summary plus p90 and the decode-sized subset (1-64 tokens per rank)."""
+    e = np.abs(errs[np.isfinite(errs)]) * 100
+    small = np.abs(errs[np.isfinite(errs) & (tokens <= 64)]) * 100
+    out = cv_summary(errs, folds)
+    out["p90_abs_pct"] = _r(np.percentile(e, 90), 3) if len(e) else None
+    out["small_median_abs_pct"] = _r(np.median(small), 3) if len(small) else None
+    out["small_p90_abs_pct"] = _r(np.percentile(small, 90), 3) if len(small) else None
+    return out
+
+
+def single_node_pins(parent: dict | None) -> dict:
+    """Params single-node rows leave unidentified: no node growth of alpha or RDMA decay (not
+    observable), and the RDMA share of the parent entry (e.g. the H800 DeepEP README fit) or 0.8."""
+    frac = ((parent or {}).get("params") or {}).get("rdma_frac_nominal")
+    frac = float(frac) if isinstance(frac, (int, float)) and 0 < frac <= 1 else 0.8
+    return {"alpha_node_us": 0.0, "rdma_node_decay": 0.0, "rdma_frac_nominal": frac}
+
+
+def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: dict | None = None) -> dict | None:
+    """The deepep_v2 entry of one (mode, op), or None with too few rows / shapes. `parent`: the
+    entry the single-node pins take the RDMA share from."""
+    rows = DeepEPRows(ad, mode, op, peaks)
+    one_node = bool(np.all(rows.nodes <= 1))
+    if one_node:
+        rows = DeepEPRows(ad, mode, op, peaks, single_node_pins(parent))
+    n_shapes = len(np.unique(rows.shape_id))
+    if len(rows.t) < 3 * len(NAMES) or n_shapes < 3:
+        return None
+    everything = np.arange(len(rows.t))
+    p = rows.fit(everything)
+    errs = shape_cv(rows)
+    fitted = rows.predict(p, everything)
+    prm = {k: _r(v, 5) for k, v in params_dict(p).items()}
+    note = (
+        "t = alpha_us + alpha_node_us*log2(nodes) + alpha_expert_us*experts/ep + alpha_kB_us*msg_kB "
+        "+ (link^q + sm^q)^(1/q); link = max(rdma_bytes/(rdma_frac_nominal*NIC), nvl_bytes/nvlink_GBps) "
+        "(nvlink_GBps absolute, capped by the live NVLink); sm = (tokens*sm_token_us + bytes/sm_GBps)/SMs "
+        "(moesim.perf.collectives.deepep_v2_terms); CV leaves one whole shape out"
+    )
+    if one_node:
+        note += (
+            "; single-node rows: alpha_node_us = rdma_node_decay = 0 (node growth not observable) and "
+            f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from the parent entry (H800 DeepEP README fit)"
+        )
+    return {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": S.DEEPEP_V2,
+        "params": prm,
+        "nominal": {"rdma_GBps": _r(rows.r_nom / 1e9), "nvlink_GBps": _r((peaks.nvlink_Bps or 0) / 1e9)},
+        "rows": len(rows.t),
+        "cv": cv_block(errs, rows.tokens, n_shapes),
+        "cv_method": "leave-one-shape-out",
+        "source": f"{len(rows.t)} rows ({id_span(ad.rows)}): " + sources_text(ad.rows),
+        "residuals": _residuals(ad, fitted, errs),
+        "note": note,
+    }

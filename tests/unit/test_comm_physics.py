@@ -1,0 +1,143 @@
+"""Communication physics of issue 14: DeepEP LL copies, LL launch SMs, the deepep_v2 model and fit,
+--comm-sms, the collective_v2 (NCCL alpha(n), custom all-reduce) fit and pricing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from moesim.calibration.fit.collectives import fit_collective_v2
+from moesim.calibration.fit.comm import a2a_data
+from moesim.calibration.fit.comm_deepep import NAMES, fit_deepep_v2
+from moesim.calibration.fit.peaks import Peaks
+from moesim.calibration.routing import deepep_logical_copies
+from moesim.engine.phases import estimate
+from moesim.errors import CalibrationError
+from moesim.perf.collectives import collective_terms, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.profile import schema as S
+from moesim.perf.profile.reader import Profile
+from moesim.specs.loader import data_root, load_hardware
+from moesim.workload.comm import a2a_copies, dispatch_bytes_per_token
+
+H200 = load_hardware("h200")
+PEAKS = Peaks.from_hardware(H200)
+TRUE = dict(
+    alpha_us=8.0,
+    alpha_node_us=20.0,
+    alpha_expert_us=0.1,
+    alpha_kB_us=0.2,
+    rdma_frac_nominal=0.8,
+    nvlink_GBps=300.0,
+    sm_GBps=15.0,
+    sm_token_us=0.5,
+    q=3.0,
+    rdma_node_decay=0.1,
+)
+
+
+def test_ll_counts_every_topk_copy_including_the_own_rank():
+    rdma, nvl = a2a_copies("deepep-ll", np.array([8.0, 16.0, 64.0]), 8, 256, 8)
+    assert np.allclose(rdma + nvl, 8.0)  # k copies per token, the own rank's one included
+    assert np.allclose(nvl, [8.0, 4.0, 1.0])
+    assert np.allclose(deepep_logical_copies("ll", [8, 16], 8, 256, 8), 8.0)
+    assert np.all(np.asarray(a2a_copies("deepep-ll", 1.0, 8, 256, 8)[1]) == 0.0)  # no EP: no traffic
+
+
+@pytest.mark.parametrize("experts,sms", [(8, 8), (128, 128), (132, 132), (133, 67), (256, 128), (384, 128)])
+def test_ll_launch_is_one_sm_per_expert_up_to_the_gpu(experts, sms):
+    assert deepep_ll_sms(experts, 132) == sms
+
+
+def _rows(mode: str, op: str, rng) -> pd.DataFrame:
+    """Synthetic DeepEP rows timed by deepep_v2 with TRUE params, +-2 % noise."""
+    rows = []
+    for hidden, topk, experts in ((7168, 8, 256), (4096, 8, 128), (2048, 6, 64), (6144, 4, 160)):
+        for ep in (8, 16, 32):
+            for sms in (4, 12, 20, 24) if mode == "deepep-normal" else (np.nan,):
+                for tokens in (1, 4, 16, 64, 256, 1024, 4096):
+                    rows.append(dict(kernel="deepep", mode=mode.split("-")[1], op=op, tokens=tokens, hidden=hidden,
+                                     topk=topk, experts=experts, ep=ep, gpus_per_node=8, sms=sms))  # fmt: skip
+    d = pd.DataFrame(rows).assign(time_s=1.0, exclude="", topk_groups=np.nan, source="synthetic", backend="deepep")
+    ad = a2a_data(d, mode, op)
+    nodes = np.maximum(d.ep / 8, 1)
+    sms = deepep_ll_sms(d.experts, 132) if mode == "deepep-ll" else d.sms
+    a, w = deepep_v2_terms(TRUE, tokens=d.tokens, rdma_bytes=ad.rdma_bytes, nvl_bytes=ad.nvl_bytes, nodes=nodes,
+                           experts=d.experts, ep=d.ep, msg_bytes=[dispatch_bytes_per_token(h) for h in d.hidden],
+                           sms=sms, rdma_Bps=0.8 * PEAKS.rdma_Bps, nvl_Bps=300e9)  # fmt: skip
+    return d.assign(time_s=(a + w) * rng.uniform(0.98, 1.02, len(d)))
+
+
+@pytest.mark.slow  # a bounded least-squares fit per held-out shape (seconds)
+@pytest.mark.parametrize("mode", ["deepep-ll", "deepep-normal"])
+def test_deepep_v2_fit_recovers_its_model_and_cross_validates(mode):
+    d = _rows(mode, "dispatch", np.random.default_rng(0))
+    e = fit_deepep_v2(a2a_data(d, mode, "dispatch"), mode, "dispatch", PEAKS, "h200")
+    assert e["model"] == S.DEEPEP_V2 and set(e["params"]) == set(NAMES)
+    assert e["cv"]["median_abs_pct"] < 3.0 and e["cv"]["small_p90_abs_pct"] < 8.0
+    assert e["params"]["alpha_us"] == pytest.approx(8.0, abs=2.0)
+
+
+def _profile_with(comm: dict | None = None, collectives: dict | None = None) -> Profile:
+    data = yaml.safe_load((data_root() / "calibration" / "profiles" / "h200.yaml").read_text())
+    data["comm"].update(comm or {})
+    data["collectives"] = collectives or {}
+    S.validate(data, "test")
+    return Profile(S.fill_sections(data), hardware=H200)
+
+
+def _v2(**over):
+    return {"status": "fitted", "gpu": "h200", "model": S.DEEPEP_V2, "params": TRUE | over}
+
+
+def test_comm_time_more_sms_faster_and_ll_nvlink_capped_by_live_link():
+    prof = _profile_with({"deepep-normal": {"dispatch": _v2()}, "deepep-ll": {"dispatch": _v2()}})
+    kw = dict(tokens=4096.0, rdma_bytes=0.0, nvl_bytes=4096 * 5 * 7392.0, ep=8.0, experts=256.0, msg_bytes=7392.0)
+    t = [sum(prof.comm_time("deepep-normal", "dispatch", **kw, sms=s)) for s in (8, 20, 32)]
+    assert t[0] > t[1] > t[2]
+    ll = sum(prof.comm_time("deepep-ll", "dispatch", **kw))  # LL: its own launch (128 SMs)
+    slow_link = Profile(prof.data, hardware=load_hardware("h200", {"nvlink_bw_GBps": 100}))
+    assert sum(slow_link.comm_time("deepep-ll", "dispatch", **kw)) > ll  # 300 GB/s capped by a 100 GB/s link
+    fast_link = Profile(prof.data, hardware=load_hardware("h200", {"nvlink_bw_GBps": 900}))
+    assert sum(fast_link.comm_time("deepep-ll", "dispatch", **kw)) == pytest.approx(ll)  # absolute kernel rate
+
+
+def test_schema_refuses_a_bad_deepep_v2_entry():
+    with pytest.raises(CalibrationError, match="sm_GBps"):
+        _profile_with({"deepep-ll": {"dispatch": _v2(sm_GBps=-1.0)}})
+
+
+def test_comm_sms_moves_prefill_step_both_ways():
+    kw = dict(hardware="h200", ep=16, phase="prefill", comm="deepep-normal", overlap="two-batch")
+    steps = {s: float(np.ravel(estimate(**kw, comm_sms=s)["step_time_s"])[0]) for s in (8, 20, 64)}
+    assert steps[8] < steps[20] < steps[64]  # alpha-beta profile: only the compute share moves
+    assert estimate(**kw, comm_sms=24).config["comm_sms"] == 24
+    assert "comm_sms" not in estimate(**kw).config
+
+
+def _nccl_rows(rng) -> pd.DataFrame:
+    rows = []
+    for backend, a0, step in (("NCCL", 5.0, 1.0), ("SGLang_CustomAllReduce_graph", 1.5, 0.3)):
+        for n in (2, 4, 8):
+            for msg in 2.0 ** np.arange(9, 27, 2):
+                ring = 2 * (n - 1) / n * msg
+                a, wire = collective_terms("all_reduce", n, msg, ring, step * 1e-6, 0.8 * PEAKS.nvlink_eff_Bps)
+                t = a0 * 1e-6 + a + wire / (0.8 * PEAKS.nvlink_eff_Bps)
+                rows.append(dict(kernel="nccl_all_reduce", backend=backend, ep=n, bytes=msg, time_s=float(t),
+                                 exclude="", source=f"synthetic {backend}"))  # fmt: skip
+    d = pd.DataFrame(rows)
+    return d.assign(time_s=d.time_s * rng.uniform(0.99, 1.01, len(d)))
+
+
+def test_collective_v2_fit_recovers_alpha_growth_and_prices_custom_ar():
+    e = fit_collective_v2(_nccl_rows(np.random.default_rng(1)), "all_reduce", PEAKS, "h200", None)
+    assert e["params"]["step_us"] == pytest.approx(1.0, rel=0.2)
+    assert e["params"]["alpha_us"] == pytest.approx(5.0, rel=0.2)
+    c = e["custom"]["SGLang_CustomAllReduce_graph"]
+    assert c["params"]["step_us"] < e["params"]["step_us"]
+    prof = _profile_with(collectives={"all_reduce": e})
+    small = sum(prof.collective_time("all_reduce", 8.0, 1024.0, 1792.0, PEAKS.nvlink_eff_Bps))
+    assert small < 5e-6  # the custom one-shot AR in CUDA graphs: a few us
+    nccl_only = _profile_with(collectives={"all_reduce": {k: v for k, v in e.items() if k != "custom"}})
+    assert sum(nccl_only.collective_time("all_reduce", 8.0, 1024.0, 1792.0, PEAKS.nvlink_eff_Bps)) > small + 3e-6
