@@ -226,3 +226,46 @@ def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200
     for op, e in data["collectives"].items():
         t.add_row(op, entry_provenance(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
     con.print(t)
+
+
+@app.command("compare")
+def compare_cmd(
+    rows: list[Path] = typer.Argument(..., help="measurement CSVs (.csv / .csv.gz) or folders: source A"),
+    against: list[Path] = typer.Option(
+        ...,
+        "--against",
+        help="CSVs or folders of source B, same GPU (repeatable), e.g. calibration/measurements/h200/sglang",
+    ),
+    tolerance: float = typer.Option(
+        0.10, "--tolerance", help="nearest shape: every size within this relative distance"
+    ),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+):
+    """Two sources, one GPU: per kernel family, median / p90 of A/B - 1 over matched shapes."""
+    from moesim.calibration.compare import compare  # lazy: numpy (CLI start-up time)
+
+    res = compare(rows, against, tolerance)
+    if json_out:
+        from moesim.report.writer import json_text  # lazy: the JSON writer only for --json
+
+        typer.echo(json_text(res))
+        return
+    print_compare(res)
+
+
+def print_compare(res: dict) -> None:
+    from rich.console import Console  # lazy: rich tables only when printing (start-up time)
+    from rich.table import Table
+
+    t = Table(title=f"A vs B per family (A/B - 1; shapes matched exactly or within {res['tolerance']:.0%})")
+    for c in ("family", "matched", "exact", "unmatched A", "median %", "p10 %", "p90 %", "p90 |.| %"):
+        t.add_column(c, justify="left" if c == "family" else "right")
+    for f in res["families"]:
+        pct = [_pct(None if f[k] is None else 100 * f[k]) for k in ("median", "p10", "p90", "p90_abs")]
+        t.add_row(f["family"], str(f["count"]), str(f["exact"]), str(f["unmatched"]), *pct)
+    con = Console()
+    con.print(t)
+    con.print(
+        f"A: {res['a_rows']} rows ({res['a_left_out']} left out: excluded or no time) from {len(res['a'])} files; "
+        f"B: {res['b_rows']} rows ({res['b_left_out']} left out) from {len(res['b'])} files"
+    )
