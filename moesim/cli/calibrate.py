@@ -45,8 +45,14 @@ def run_kernel(
     repeats=None,
     threads: int | None = None,
     echo=print,
+    strict: bool = False,
+    preset: str | None = None,
 ):
     """Python entry point of `calibrate run`: returns the RunResult, or None when skipped.
+
+    strict: the wanted backend (--backend, or the kernel's best on the device) must import, else
+    CalibrationError (the CLI exits non-zero); without it a missing library runs the torch
+    fallback (rows carry backend torch). preset: default | quick | engine (the shapes SGLang runs).
 
     threads: CPU only, torch intra-op threads for the run (recorded in the `sms` column). One thread
     is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
@@ -55,10 +61,10 @@ def run_kernel(
     if kernel not in B.KERNELS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
     if kernel == "deepep":
-        return _run_deepep(backend, quick, out, echo)
+        return _run_deepep(backend, quick, out, echo, strict)
     dev = B.resolve_device(device)
     try:
-        b = B.choose_backend(kernel, backend, dev)
+        b = B.choose_backend(kernel, backend, dev, strict=strict, echo=echo)
     except B.Skipped as e:
         echo(str(e))
         return None
@@ -77,6 +83,7 @@ def run_kernel(
         Path(out),
         quick=quick,
         shapes=shapes,
+        preset=preset,
         machine=machine,
         progress=progress,
         warmup=warmup,
@@ -89,18 +96,15 @@ def run_kernel(
     return res
 
 
-def _run_deepep(backend, quick, out, echo):  # pragma: no cover - needs GPUs
+def _run_deepep(backend, quick, out, echo, strict=False):
     b = backend or "deep_ep"
     if b not in B.BACKENDS["deepep"]:
         raise CalibrationError(f"--backend {b!r} is not available for deepep; allowed: deep_ep, nccl")
-    if not B.library("torch").available:
-        echo("skipped: torch not importable")
-        return None
-    if b == "deep_ep" and not B.library("deep_ep").available:
-        echo("skipped: deep_ep not importable")
-        return None
-    if not B.cuda_available():
-        echo("skipped: no CUDA device visible to torch")
+    why = B.unavailable(b, "cuda")
+    if why and strict:
+        raise CalibrationError(f"--strict: deepep backend {b}: {why}")
+    if why:
+        echo(f"skipped: {why}")
         return None
     from moesim.calibration.runners import deepep  # lazy: torch.distributed, only for a deepep run
 
@@ -130,9 +134,16 @@ def run_cmd(
         None, "--out", help="CSV to append to (default: calibration/measurements/<gpu>/<kernel>.csv)"
     ),
     threads: int | None = typer.Option(None, "--threads", help="CPU only: torch threads (default: torch's)"),
+    shapes: str = typer.Option(
+        "default", "--shapes", help="default | quick | engine (the shapes SGLang runs for DeepSeek-V3)"
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="exit non-zero when the wanted library does not import (no torch fallback)"
+    ),
 ):
     """Time one kernel family over DeepSeek-V3 shapes; re-running resumes where it stopped."""
-    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo)
+    preset = "quick" if quick and shapes == "default" else shapes
+    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo, strict=strict, preset=preset)
 
 
 @app.command("fit")
