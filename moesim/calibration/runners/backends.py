@@ -109,7 +109,10 @@ def choose_backend(kernel: str, backend: str | None, device: str, strict: bool =
     if not auto and backend not in allowed:
         raise CalibrationError(f"--backend {backend!r} is not available for {kernel}; allowed: {', '.join(allowed)}")
     if not auto and backend in GPU_ONLY and device != "cuda":
-        raise Skipped(f"skipped: {backend} needs a CUDA device (got --device {device})")
+        why = f"{backend} needs a CUDA device (got --device {device})"
+        if strict:
+            raise CalibrationError(f"--strict: {kernel} backend {why}")
+        raise Skipped(f"skipped: {why}")
     wanted = backend if not auto else next(b for b in allowed if device == "cuda" or b not in GPU_ONLY)
     why = unavailable(wanted, device)
     if not why:
