@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from moesim.calibration.runners import backends as B
+from moesim.calibration.runners.harness import SHAPE_PRESETS
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.errors import CalibrationError
 from moesim.specs.loader import data_root
@@ -60,6 +61,8 @@ def run_kernel(
     """
     if kernel not in B.KERNELS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
+    if preset not in (None, *SHAPE_PRESETS):
+        raise CalibrationError(f"--shapes: {preset!r}; allowed: {', '.join(SHAPE_PRESETS)}")
     if kernel == "deepep":
         return _run_deepep(backend, quick, out, echo, strict)
     dev = B.resolve_device(device)
