@@ -73,39 +73,60 @@ def load_rows(paths) -> tuple[list[dict], int]:
     return rows, skipped
 
 
+class _Family:
+    """The B shapes of one family: ln of each shape's sizes [shapes, MATCH_COLUMNS] (NaN where
+    unset), the median time at each, an exact-shape index, and the shapes sorted by the size column
+    every shape fills with the most distinct values (a near match only looks within tolerance of it:
+    tables of 50k rows stay fast)."""
+
+    def __init__(self, by_shape: dict):
+        self.keys = list(by_shape)
+        self.times = np.array([np.median(v) for v in by_shape.values()])
+        self.logs = np.full((len(self.keys), len(MATCH_COLUMNS)), np.nan)
+        for i, key in enumerate(self.keys):
+            for c, v in key:
+                self.logs[i, MATCH_COLUMNS.index(c)] = math.log(v)
+        self.exact = {k: i for i, k in enumerate(self.keys)}
+        full = [j for j in range(len(MATCH_COLUMNS)) if not np.isnan(self.logs[:, j]).any()]
+        self.prune = max(full, key=lambda j: len(np.unique(self.logs[:, j]))) if full else None
+        if self.prune is not None:
+            self.order = np.argsort(self.logs[:, self.prune], kind="stable")
+            self.sorted = self.logs[self.order, self.prune]
+
+    def _candidates(self, a, tol_log):
+        if self.prune is None or np.isnan(a[self.prune]):
+            return np.arange(len(self.keys))
+        lo = np.searchsorted(self.sorted, a[self.prune] - tol_log - 1e-12, "left")
+        hi = np.searchsorted(self.sorted, a[self.prune] + tol_log + 1e-12, "right")
+        return self.order[lo:hi]
+
+    def match(self, sizes: dict, tol_log: float):
+        """(index of the matching B shape or None, exact?): every size both fill within tol_log
+        (|ln a/b|), smallest sum of |ln a/b|."""
+        i = self.exact.get(tuple(sorted(sizes.items())))
+        if i is not None:
+            return i, True
+        a = np.full(len(MATCH_COLUMNS), np.nan)
+        for c, v in sizes.items():
+            a[MATCH_COLUMNS.index(c)] = math.log(v)
+        idx = self._candidates(a, tol_log)
+        d = np.abs(self.logs[idx] - a)  # NaN where either side leaves the size unset
+        shared = ~np.isnan(d)
+        d0 = np.where(shared, d, 0.0)
+        ok = shared.any(axis=1) & (d0.max(axis=1) <= tol_log + 1e-12)
+        if not ok.any():
+            return None, False
+        score = np.where(ok, d0.sum(axis=1), np.inf)
+        j = int(np.argmin(score))
+        return int(idx[j]), bool(score[j] < 1e-12)
+
+
 def _shape_table(rows: list[dict]) -> dict:
-    """family -> (ln of each B shape's sizes [shapes, MATCH_COLUMNS], NaN where unset; median time
-    of the B rows at each shape)."""
+    """family -> _Family of the B rows."""
     by = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by[r["family"]][tuple(sorted(r["sizes"].items()))].append(r["time_s"])
-    out = {}
-    for fam, shapes in by.items():
-        logs = np.full((len(shapes), len(MATCH_COLUMNS)), np.nan)
-        for i, key in enumerate(shapes):
-            for c, v in key:
-                logs[i, MATCH_COLUMNS.index(c)] = math.log(v)
-        out[fam] = (logs, np.array([np.median(v) for v in shapes.values()]))
-    return out
-
-
-def _match(sizes: dict, logs, tol_log: float):
-    """(index of the matching B shape or None, exact?): every size both fill within tol_log
-    (|ln a/b|), smallest sum of |ln a/b|; vectorized over the family's B shapes."""
-    if logs is None or not len(logs):
-        return None, False
-    a = np.full(len(MATCH_COLUMNS), np.nan)
-    for c, v in sizes.items():
-        a[MATCH_COLUMNS.index(c)] = math.log(v)
-    d = np.abs(logs - a)  # NaN where either side leaves the size unset
-    shared = ~np.isnan(d)
-    d0 = np.where(shared, d, 0.0)
-    ok = shared.any(axis=1) & (d0.max(axis=1) <= tol_log + 1e-12)
-    if not ok.any():
-        return None, False
-    score = np.where(ok, d0.sum(axis=1), np.inf)
-    i = int(np.argmin(score))
-    return i, bool(score[i] < 1e-12)
+    return {fam: _Family(shapes) for fam, shapes in by.items()}
 
 
 def _stats(ratios) -> dict:
@@ -129,14 +150,14 @@ def compare(a_paths, b_paths, tolerance: float = DEFAULT_TOLERANCE) -> dict:
     per = defaultdict(lambda: {"count": 0, "exact": 0, "unmatched": 0, "ratios": []})
     for r in a_rows:
         fam = per[r["family"]]
-        logs, times = table.get(r["family"], (None, None))
-        i, exact = _match(r["sizes"], logs, math.log1p(tol))
+        b = table.get(r["family"])
+        i, exact = b.match(r["sizes"], math.log1p(tol)) if b is not None else (None, False)
         if i is None:
             fam["unmatched"] += 1
             continue
         fam["count"] += 1
         fam["exact"] += int(exact)
-        fam["ratios"].append(r["time_s"] / float(times[i]))
+        fam["ratios"].append(r["time_s"] / float(b.times[i]))
     families = []
     for key in sorted(per):
         f = per[key]

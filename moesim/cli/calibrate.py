@@ -278,6 +278,7 @@ def print_compare(res: dict) -> None:
         pct = [_pct(None if f[k] is None else 100 * f[k]) for k in ("median", "p10", "p90", "p90_abs")]
         t.add_row(f["family"], str(f["count"]), str(f["exact"]), str(f["unmatched"]), *pct)
     con = Console()
+    con = Console(width=max(con.width, 150))  # family names are long: no truncation in a pipe (80 columns)
     con.print(t)
     con.print(
         f"A: {res['a_rows']} rows ({res['a_left_out']} left out: excluded or no time) from {len(res['a'])} files; "
