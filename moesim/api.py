@@ -3,6 +3,7 @@
 import moesim
 r = moesim.estimate("deepseek-v3", "h800", ep=144, dp=144, batch=88, context=4989, mtp=1)
 df = moesim.sweep("deepseek-v3", "h800", axes={"ep": [32, 144], "batch": [32, 64]})
+r = moesim.estimate("deepseek-v3", "h200", ep=8, dp=8, engine="trtllm")   # that engine's profile
 front = moesim.pareto(df)
 """
 
@@ -14,13 +15,15 @@ from moesim.analyses.sweep import sweep
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.estimate import DEFAULTS, EstimateResult, estimate_step
 from moesim.engine.phases import estimate
-from moesim.engine.pricing import evaluate_grid, load_profile_for, resolve_specs
+from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
 from moesim.engine.serving import estimate_mixed
+from moesim.enums import Engine
 from moesim.grid.layout import resolve_parallel
 from moesim.specs import load_hardware, load_model
 
 __all__ = [
     "DEFAULTS",
+    "Engine",
     "EstimateResult",
     "check_imbalance_flags",
     "estimate",
@@ -32,6 +35,7 @@ __all__ = [
     "load_profile_for",
     "pareto",
     "plan",
+    "profile_info",
     "resolve_parallel",
     "resolve_specs",
     "sweep",

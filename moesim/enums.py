@@ -82,6 +82,17 @@ class CostMode(StrEnum):
     MEASURED = "measured"
 
 
+class Engine(StrEnum):
+    """The serving engine whose kernels a profile was measured under (calibration/profiles/<gpu>.<engine>.yaml)."""
+
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+    VLLM = "vllm"
+
+
+DEFAULT_ENGINE = Engine.SGLANG
+
+
 class Phase(StrEnum):
     DECODE = "decode"
     PREFILL = "prefill"

@@ -77,6 +77,7 @@ class PoolRun:
     `decode_capacity` and `prefill_capacity`."""
 
     cost_mode: str = "calibrated"
+    engine: str = "sglang"
     expert_skew: object = "auto"
     context_dist: object = "fixed"
     profile: object = None
@@ -121,6 +122,7 @@ def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: Pool
         expert_skew=run.expert_skew,
         context_dist=run.context_dist,
         profile_path=run.profile,
+        engine=run.engine,
     )
     if run.notes is not None:
         run.notes.extend(ns)
@@ -139,7 +141,7 @@ def decode_capacity(
 ) -> DecodeCapacity:
     """Largest batch (requests per DP group, swept 1..pool.max_batch in ONE evaluate_grid call)
     that fits memory and keeps tokens/s per user >= the SLO, and the throughput there.
-    run: `PoolRun`'s fields (cost_mode, expert_skew, context_dist, profile, notes)."""
+    run: `PoolRun`'s fields (cost_mode, engine, expert_skew, context_dist, profile, notes)."""
     min_tokens_per_s_per_user = _finite("slo.min_tokens_per_s_per_user", min_tokens_per_s_per_user, 0, 1e6)
     max_batch = _finite("decode.max_batch", pool.max_batch, 1, 100_000)
     m, h = specs_of(model, hardware, set)
@@ -215,7 +217,7 @@ def prefill_capacity(
     head). Those tokens skip compute, but the computed tail attends to them (see
     `attention_context`). With max_ttft_s the pool runs at the utilisation of `ttft_utilisation`
     (M/G/1), maximised over the candidate batches; without a TTFT target at full load.
-    run: `PoolRun`'s fields (cost_mode, expert_skew, context_dist, profile, notes).
+    run: `PoolRun`'s fields (cost_mode, engine, expert_skew, context_dist, profile, notes).
     """
     if max_ttft_s is not None:
         max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)

@@ -27,7 +27,7 @@ import numpy as np
 
 from moesim.analyses.sweep import sweep
 from moesim.engine.pricing import resolve_specs
-from moesim.enums import CostMode
+from moesim.enums import CostMode, Engine
 from moesim.errors import ConfigError, is_positive_number
 from moesim.specs.model import AttentionKind
 from moesim.specs.study import normalize_axes
@@ -107,6 +107,7 @@ def disagg(
     decode_axes=None,
     aggregated_axes=None,
     cost_mode="calibrated",
+    engine="sglang",
     expert_skew="auto",
     context_dist="fixed",
     set=None,
@@ -124,21 +125,17 @@ def disagg(
     _, hd = resolve_specs(m, decode_hardware or hardware, set)
     achievable = cost_mode != "roofline"
     link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
-    common = dict(cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, set=set, progress=progress)
+    engine = Engine.parse(engine, "engine").value
+    common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
+                  progress=progress)  # fmt: skip
     notes = []
     kv = _kv_figures(m, isl, link_Bps)
     kv_req_s = kv["transfer_s_per_request"]
     pre = _prefill_pool(m, hp, prefill_axes, isl, max_ttft_s, kv_req_s, achievable, common, notes)
     dec = _decode_pool(m, hd, decode_axes, isl, osl, max_tpot_s, achievable, common, notes)
-    workload = {
-        "isl": isl,
-        "osl": osl,
-        "max_ttft_s": max_ttft_s,
-        "max_tpot_s": max_tpot_s,
-        "prefill_hardware": hp.name,
-        "decode_hardware": hd.name,
-        "cost_mode": cost_mode,
-    }
+    workload = {"isl": isl, "osl": osl, "max_ttft_s": max_ttft_s, "max_tpot_s": max_tpot_s,
+                "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": cost_mode,
+                "engine": engine}  # fmt: skip
     prow, drow = _best_row(pre), _best_row(dec)
     if prow is None:
         notes.append(

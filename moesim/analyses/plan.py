@@ -42,6 +42,7 @@ from moesim.analyses.capacity import (
     prefill_capacity,
     specs_of,
 )
+from moesim.engine.pricing import load_profile_for, profile_info
 from moesim.enums import CostMode
 from moesim.errors import ConfigError
 from moesim.metrics.economics import day_economics
@@ -84,6 +85,7 @@ class PlanResult:
     economics: dict
     warnings: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    pricing: dict = field(default_factory=dict)  # engine and profile file (engine.pricing.profile_info)
 
     def __getitem__(self, key):
         return self.to_dict()[key]
@@ -119,6 +121,7 @@ class PlanResult:
                 "model": self.model,
                 "hardware": self.hardware,
                 "cost_mode": self.cost_mode,
+                **self.pricing,
                 "gpus_per_node": self.gpus_per_node,
                 "kv_bytes_per_token": self.kv_bytes_per_token,
                 "traffic": t.to_dict(),
@@ -212,13 +215,17 @@ def plan(
     expert_skew="auto",
     context_dist="fixed",
     profile=None,
+    engine="sglang",
 ) -> PlanResult:
-    """Nodes, cost and economics for a traffic window (see the module doc for the method)."""
+    """Nodes, cost and economics for a traffic window (see the module doc for the method); `engine`
+    picks the calibration profile (sglang, trtllm, vllm)."""
     t = _as_traffic(traffic)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, h = specs_of(model, hardware, set)
     notes: list = []
-    run = dict(cost_mode=cost_mode, expert_skew=expert_skew, context_dist=context_dist, profile=profile, notes=notes)
+    pricing = profile_info(load_profile_for(h, cost_mode, profile, engine=engine)[0], engine)
+    run = dict(cost_mode=cost_mode, engine=pricing["engine"], expert_skew=expert_skew, context_dist=context_dist,
+               profile=profile, notes=notes)  # fmt: skip
     dec = decode_capacity(
         m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )
@@ -267,6 +274,7 @@ def plan(
         economics=econ,
         warnings=_nic_warnings(nic_util, t.hours, h),
         notes=list(dict.fromkeys(notes)),
+        pricing=pricing,
     )
 
 

@@ -186,6 +186,7 @@ def _title(r) -> str:
         f"· context {c['context']:g}"
         + (f" · MTP {c['mtp']}" if c.get("mtp") else "")
         + f" · {c['overlap']} · {c['cost_mode']}"
+        + (f" · engine {c['engine']}" if c.get("engine") else "")
     )
 
 

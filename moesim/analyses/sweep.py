@@ -20,7 +20,7 @@ import numpy as np
 from moesim.analyses.sweep_block import Run, evaluate_block
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.pricing import resolve_specs
-from moesim.enums import CommMode, CostMode, Overlap, Phase
+from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import derive as derive_layout
@@ -105,6 +105,7 @@ def sweep(
     axes=None,
     *,
     cost_mode=None,
+    engine=None,
     expert_skew=None,
     context_dist=None,
     filters=None,
@@ -129,7 +130,8 @@ def sweep(
     axes: {axis: list | scalar | "a:b" | "a:b:s"} over tp, dp, ep, moe_tp, batch, context, mtp,
     acceptance, redundant (numeric) and hardware, phase, overlap, comm (categorical); no numeric
     axis -> the DeepSeek-V3 space `DEFAULT_AXES` (prefill-only: batch `DEFAULT_PREFILL_BATCH`). ep (or dp) missing is derived: ep = tp x dp / moe_tp.
-    cost_mode: "calibrated" (default) | "roofline" | "measured". mixed needs isl and osl (tokens).
+    cost_mode: "calibrated" (default) | "roofline" | "measured"; engine: "sglang" (default) | "trtllm" |
+    "vllm", whose calibration profile prices the kernels (the `engine` column). mixed needs isl and osl (tokens).
     filters / keywords: min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (seconds), only_fits —
     a metric filter drops rows where the metric is defined and violates it; only_fits keeps valid rows
     that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
@@ -141,6 +143,7 @@ def sweep(
 
     base = load_study(study) if study is not None else {}
     st = _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes)
+    st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
     flt = resolve_filters(
         base.get("filters", {}),
         filters,
@@ -170,6 +173,7 @@ def sweep(
         raise ConfigError(f"axes: {total:,} configurations; at most 200,000,000 per sweep (split the study)")
     run = Run(
         st["cost_mode"],
+        st["engine"],
         st["expert_skew"],
         st["context_dist"],
         st["isl"],

@@ -24,6 +24,7 @@ class Run:
     """What every block of one sweep shares."""
 
     cost_mode: str
+    engine: str
     expert_skew: object
     context_dist: object
     isl: object
@@ -64,6 +65,7 @@ def _label_columns(m, h, g, phase, overlap, comm, run: Run) -> dict:
         "phase": np.full(n, phase.value, dtype=object),
         "comm": np.full(n, (comm or default_comm(check_phase).value), dtype=object),
         "cost_mode": np.full(n, run.cost_mode, dtype=object),
+        "engine": np.full(n, run.engine, dtype=object),
         "comm_requested": np.full(n, comm or "default", dtype=object),
         "overlap_requested": np.full(n, overlap or "default", dtype=object),
     }
@@ -88,6 +90,7 @@ def _evaluate_rows(m, h, g, idx, phase, overlap, comm, run: Run):
             expert_skew=run.expert_skew,
             context_dist=run.context_dist,
             profile_path=run.profile,
+            engine=run.engine,
         )
         if phase == Phase.MIXED:
             vals, nts = evaluate_mixed(m, h, g.take(sel), isl=run.isl, osl=run.osl, **kw)

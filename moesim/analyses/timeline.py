@@ -7,8 +7,8 @@ import numpy as np
 from moesim import workload as W
 from moesim.balance.factors import apply_factors, factors_for, imbalance_factors
 from moesim.engine.evaluate import default_comm
-from moesim.engine.pricing import evaluate_grid, load_profile_for, resolve_specs
-from moesim.enums import CommMode, CostMode, OpKind, Overlap, Phase, Stream
+from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
+from moesim.enums import CommMode, CostMode, Engine, OpKind, Overlap, Phase, Stream
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
@@ -37,11 +37,13 @@ def layer_timeline(
     set=None,
     expert_skew="auto",
     context_dist="fixed",
+    engine="sglang",
 ) -> dict:
     """-> {"events": [...], "period_s": float, "scheme": str, "title": str}. Events: dicts with stream,
     micro_batch, label, start_s, end_s, ops (list of (name, time_s) inside compute slots)."""
     phase = Phase.parse(phase, "phase")
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    engine = Engine.parse(engine, "engine")
     m, h = resolve_specs(model, hardware, set)
     tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
     grid = Grid.single(
@@ -56,10 +58,10 @@ def layer_timeline(
         redundant=redundant_experts,
     )
     require_valid(m, h, grid, phase)
-    scheme_name = _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist)
+    scheme_name = _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist, engine)
     scheme = SCHEMES[scheme_name]
     comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
-    prof, notes = load_profile_for(h, cost_mode)
+    prof, notes = load_profile_for(h, cost_mode, engine=engine)
     imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
     wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
     costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
@@ -69,7 +71,7 @@ def layer_timeline(
     period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
     title = (
         f"{m.name} {h.name} {phase.value} TP{tp} DP{dp} EP{ep} batch {batch:g} ctx {context:g} · "
-        f"{scheme_name} · {cost_mode.value} · {comm.value} · layer {period * 1e6:.0f} µs"
+        f"{scheme_name} · {cost_mode.value} · {engine.value} · {comm.value} · layer {period * 1e6:.0f} µs"
     )
     return {
         "events": _events(trace, scheme, costs),
@@ -77,11 +79,12 @@ def layer_timeline(
         "scheme": scheme_name,
         "title": title,
         "notes": notes,
+        **profile_info(prof, engine),
         "slot_compute_s": [float(np.ravel(slot_time(costs, s))[0]) for s in scheme.slots],
     }
 
 
-def _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist) -> str:
+def _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist, engine) -> str:
     """The schedule to draw: the requested one, or the one `moesim estimate` picks for "auto"."""
     if overlap in (None, "auto", Overlap.AUTO):
         # the schedule `moesim estimate` would pick for this configuration (fastest; never "ideal")
@@ -95,6 +98,7 @@ def _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, conte
             comm=comm,
             expert_skew=expert_skew,
             context_dist=context_dist,
+            engine=engine,
         )
         scheme_name = ev.chosen
     else:

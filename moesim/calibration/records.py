@@ -1,6 +1,7 @@
 """Measurement CSVs: one schema for every kernel family, atomic appends, resume keys.
 
-Each row is one timed kernel configuration. Shape columns that do not apply stay empty. `source`
+A path ending in `.csv.gz` is read and written gzip-compressed (mtime 0, so the same rows give the
+same bytes: re-imports are byte-identical). Each row is one timed kernel configuration. Shape columns that do not apply stay empty. `source`
 says where the number comes from (a run on this machine, or a published row id + URL); `exclude`
 holds the reason a row is kept for the record but not fitted (superseded, other kernel, ...).
 """
@@ -8,6 +9,7 @@ holds the reason a row is kept for the record but not fitted (superseded, other 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 import os
@@ -36,6 +38,7 @@ SIZE_COLUMNS = [
     "gpus_per_node",
     "topk_groups",
     "bytes",
+    "tp",  # MoE / attention TP size of the measured kernel (imported tables); appended last: old CSVs still read
 ]
 SHAPE_COLUMNS = ["mode", "op", "layout", "dtype"] + SIZE_COLUMNS
 RESULT_COLUMNS = ["time_s", "tflops", "GBps"]  # what was timed (time_s) or published (throughputs)
@@ -84,7 +87,7 @@ def read_csv_rows(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    text = read_text(path, CalibrationError)
+    text = _read_text(path)
     if not text.strip():
         return []
     reader = csv.DictReader(io.StringIO(text))
@@ -101,6 +104,19 @@ def read_csv_rows(path: Path) -> list[dict]:
             continue  # ragged line (e.g. cut off by an interruption): not a measurement
         rows.append({c: (r.get(c) or "") for c in COLUMNS})
     return rows
+
+
+def is_gzip(path: Path) -> bool:
+    return Path(path).name.endswith(".gz")
+
+
+def _read_text(path: Path) -> str:
+    if not is_gzip(path):
+        return read_text(path, CalibrationError)
+    try:
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
 
 
 def done_keys(path: Path) -> set:
@@ -131,13 +147,24 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file in the same folder + os.replace (all or nothing)."""
+    """Write `text` to `path` via a temp file in the same folder + os.replace (all or nothing).
+
+    A `.gz` path gets the gzip of the UTF-8 text with mtime 0 (deterministic bytes).
+    """
+    data = text.encode("utf-8")
+    if is_gzip(path):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    atomic_write_bytes(Path(path), data)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temp file in the same folder + os.replace (all or nothing)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

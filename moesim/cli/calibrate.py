@@ -1,4 +1,5 @@
-"""`moesim calibrate {run,fit,show}`: time kernels, fit profiles, show them.
+"""`moesim calibrate {run,fit,show,derive,import,compare}`: time kernels, fit profiles, show them, derive
+siblings, import tables, compare two sources of one GPU.
 
 Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer, yaml); numpy,
 torch, scipy and pandas load inside the commands. The work is in moesim.calibration (runners,
@@ -25,6 +26,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Run kernels, fit and show calibration profiles.",
 )
+
+import_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Import measured kernel tables as measurement rows (aiconfigurator, published figures).",
+)
+app.add_typer(import_app, name="import")
 
 RUNNERS = {
     "gemm": "moesim.calibration.runners.gemm",
@@ -159,11 +168,18 @@ def fit_cmd(
     ),
     folds: int | None = typer.Option(None, "--folds", help="CV folds (default: leave-one-out up to 20 rows, else 10)"),
     note: str = typer.Option("", "--note", help="device note stored in the profile"),
+    engine: str | None = typer.Option(
+        None, "--engine", help="sglang | trtllm | vllm: the rows are this engine's (writes an engine profile)"
+    ),
+    parent: list[str] | None = typer.Option(
+        None, "--parent", help="profile (path or GPU name: its generic <gpu>.yaml) to inherit from (repeatable)"
+    ),
 ):
     """Fit efficiency curves and alpha-beta parameters; print the cross-validation table."""
     from moesim.calibration import fit as F  # lazy: pandas + scipy (CLI start-up time)
 
-    prof = F.fit(csv or [], gpu=gpu, out=out, inherit=inherit or [], folds=folds, device_note=note)
+    parents = [_profile_file(p) for p in parent or []] + list(inherit or [])
+    prof = F.fit(csv or [], gpu=gpu, out=out, inherit=parents, folds=folds, device_note=note, engine=engine)
     print_cv_table(prof)
     typer.echo(f"wrote {out}")
 
@@ -190,56 +206,99 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-@app.command("show")
-def show_cmd(gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200) or a profile path")):
-    """Print a profile: provenance, parameters and CV error of every kernel and collective."""
-    from rich.console import Console  # lazy: rich tables only when printing (start-up time)
-    from rich.table import Table
-
-    from moesim.perf.profile import Profile, read_profile_file  # lazy: numpy (CLI start-up time)
-    from moesim.perf.profile.provenance import entry_provenance
+def _profile_file(gpu: str, engine: str | None = None) -> Path:
+    """A profile path as given, or the file `gpu` is priced with under `engine` (the engine's
+    <gpu>.<engine>.yaml, else the generic <gpu>.yaml: moesim.perf.profile.reader.profile_path_for)."""
+    from moesim.perf.profile.reader import profile_path_for  # lazy: numpy (CLI start-up time)
 
     p = Path(gpu)
-    if not (p.suffix in (".yaml", ".yml") or "/" in gpu):
-        p = data_root() / "calibration" / "profiles" / f"{gpu.strip().lower().replace('-', '_')}.yaml"
-    if not p.exists():
+    if p.suffix in (".yaml", ".yml") or "/" in gpu:
+        if not p.exists():
+            raise CalibrationError(f"no calibration profile {p}: file does not exist")
+        return p
+    found = profile_path_for(gpu.strip(), engine)
+    if found is None:
         have = sorted(x.stem for x in (data_root() / "calibration" / "profiles").glob("*.yaml"))
-        raise CalibrationError(f"no calibration profile {p}; available: {', '.join(have) or '(none)'}")
-    data = read_profile_file(p)
-    prof = Profile(data)
-    con = Console()
-    con.print(
-        f"[bold]{data['gpu']}[/]  schema {data['schema_version']}  date {data.get('date', '')}  "
-        f"launch {prof.launch_s * 1e6:.2f} us ({(data.get('launch') or {}).get('status', '')})"
-    )
-    if data.get("device_note"):
-        con.print(data["device_note"])
-    t = Table(title="kernels")
-    for c in ("family", "provenance", "model", "parameters"):
-        t.add_column(c)
-    for fam, e in data["kernels"].items():
-        params = ", ".join(f"{k}={v}" for k, v in e["params"].items())
-        t.add_row(fam, prof.provenance(fam), e["model"], params)
-    con.print(t)
-    t = Table(title="collectives")
-    for c in ("mode / op", "provenance", "alpha us", "RDMA GB/s", "NVLink GB/s", "CV median / max %"):
-        t.add_column(c)
-    for mode, ops in data["comm"].items():
-        for op, e in ops.items():
-            pr = e["params"]
-            alpha = f"{pr['alpha_us']}" + (f" (intra {pr['alpha_intra_us']})" if "alpha_intra_us" in pr else "")
-            cv = e.get("cv") or {}
-            t.add_row(
-                f"{mode} {op}",
-                entry_provenance(e),
-                alpha,
-                str(pr["rdma_GBps"]),
-                str(pr["nvlink_GBps"]),
-                f"{_pct(cv.get('median_abs_pct'))} / {_pct(cv.get('max_abs_pct'))}",
-            )
-    for op, e in data["collectives"].items():
-        t.add_row(op, entry_provenance(e), str(e["params"]["alpha_us"]), "-", f"eff {e['params']['bw_efficiency']}", "")
-    con.print(t)
+        raise CalibrationError(f"no calibration profile for {gpu!r}; available: {', '.join(have) or '(none)'}")
+    return found
+
+
+@app.command("show")
+def show_cmd(
+    gpu: str = typer.Argument(..., help="GPU name (h800, h100-sxm, h200) or a profile path"),
+    engine: str | None = typer.Option(
+        None, "--engine", help="sglang | trtllm | vllm: the engine's profile (else the GPU's generic one)"
+    ),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Per entry: status (measured / fitted / derived / inherited / roofline), source, rows, CV error."""
+    from moesim.perf.profile import Profile, read_profile_file  # lazy: numpy (CLI start-up time)
+    from moesim.report.calibration import print_show, show_data  # lazy: rich tables only when printing
+    from moesim.report.writer import json_text
+
+    path = _profile_file(gpu, engine)
+    data = read_profile_file(path)
+    show = show_data(data, path, Profile(data).launch_s)
+    if json_out:
+        typer.echo(json_text(show))
+        return
+    print_show(show, data)
+
+
+@app.command("derive")
+def derive_cmd(
+    source: Path = typer.Option(..., "--from", help="profile measured on the source GPU, e.g. h200.sglang.yaml"),
+    gpu: str = typer.Option(..., "--gpu", help="target GPU of the same SM generation (h100_sxm, h800)"),
+    out: Path | None = typer.Option(None, "--out", help="profile to write (default: <gpu>.<engine>.yaml beside it)"),
+    force: bool = typer.Option(False, "--force", help="derive across SM generations anyway (not recommended)"),
+):
+    """A sibling GPU's profile: the source's efficiencies and latencies, the target's peaks and links."""
+    from moesim.calibration.fit.derive import derive  # lazy: pandas + scipy (CLI start-up time)
+
+    src = source if source.exists() or "/" in str(source) else data_root() / "calibration" / "profiles" / source
+    prof = derive(src, gpu, out=out, force=force)
+    n = len(prof["derived"])
+    typer.echo(f"derived {n} entries of {prof['derived_from']} for {prof['gpu']} ({prof.get('engine') or 'generic'})")
+
+
+@import_app.command("aiconfigurator")
+def import_aiconfigurator_cmd(
+    system: str = typer.Option(
+        "h200_sxm", "--system", help="aiconfigurator system (h200_sxm, b200_sxm, gb200, all); h100_sxm is refused"
+    ),
+    engine: str = typer.Option("all", "--engine", help="sglang | trtllm | vllm | all"),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="aiconfigurator `systems` folder (default: the installed aiconfigurator_core's)"
+    ),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="measurements root (default: calibration/measurements); writes <gpu>/<engine>/*.csv.gz"
+    ),
+    all_shapes: bool = typer.Option(
+        False, "--all-shapes", help="no size trims (attention head_dim 128, GEMM n, k <= 16384)"
+    ),
+):
+    """Import aiconfigurator's measured kernel tables (replaces the files it wrote before)."""
+    # lazy: pandas, numpy and pyarrow only for an import (CLI start-up time)
+    from moesim.calibration.importers.aiconfigurator import import_aiconfigurator
+
+    summary = import_aiconfigurator(system, engine, data_dir, out_dir, all_shapes=all_shapes)
+    for line in summary.lines():
+        typer.echo(line)
+
+
+@import_app.command("published")
+def import_published_cmd(
+    reference: Path = typer.Argument(..., help="published_figures.csv (kernel-level DG / FMLA / DEP / PPLXK rows)"),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="measurements root (default: calibration/measurements)"
+    ),
+):
+    """Extract the kernel-level published figures into h800/ and h100_sxm/ measurement CSVs."""
+    from moesim.calibration.importers.published import extract  # lazy: pandas (CLI start-up time)
+
+    root = out_dir or data_root() / "calibration" / "measurements"
+    for path, n in extract(reference, root).items():
+        typer.echo(f"{path}: {n} rows")
 
 
 @app.command("compare")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from moesim.cli import options as O
 from moesim.workload.kernels import OPS, kernel_work
 
 # kernel_work moved to moesim.workload.kernels; re-exported for callers of the old name
@@ -17,6 +18,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("deepseek-v3", "--model", "-m"),
         hardware: str = typer.Option("h800", "--hardware", "-g"),
         cost_mode: str = typer.Option("calibrated", "--cost-mode"),
+        engine: O.Engine = "sglang",
         m: float | None = typer.Option(None, "--m"),
         n: float | None = typer.Option(None, "--n"),
         k: float | None = typer.Option(None, "--k"),
@@ -42,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from moesim import units as U
 
         # lazy: start-up time (`moesim --help` imports every command module)
-        from moesim.engine.pricing import load_profile_for, resolve_specs
+        from moesim.engine.pricing import load_profile_for, profile_info, resolve_specs
 
         # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.enums import CostMode
@@ -52,17 +54,17 @@ def register(app: typer.Typer) -> None:
 
         mdl, hw = resolve_specs(model, hardware, set_)
         cm_mode = CostMode.parse(cost_mode, "cost_mode")
-        prof, notes = load_profile_for(hw, cm_mode)
+        prof, notes = load_profile_for(hw, cm_mode, engine=engine)
         shape = dict(m=m, n=n, k=k, groups=groups, layout=layout, batch=batch, q_len=q_len, context=context)
         shape |= dict(heads=heads, ep=ep, tokens=tokens, mode=mode, gpus=gpus, nbytes=nbytes)
         w = kernel_work(mdl, hw, op, **shape)
-        res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value}
+        res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
         res |= price_kernel(w, mdl, hw, cm_mode, prof) | {"notes": notes}
         if json_out:
             typer.echo(json.dumps(res, indent=2, allow_nan=False))
             return
         typer.echo(
-            f"{op} on {hw.name} ({cm_mode.value}): {U.fmt_time(res['time_s'])}  bound {res['bound']}  "
+            f"{op} on {hw.name} ({cm_mode.value}, {res['engine']}): {U.fmt_time(res['time_s'])}  bound {res['bound']}  "
             f"efficiency vs roofline {res['efficiency'] * 100:.0f}%  [{res['provenance']}]  "
             f"{res['flops'] / 1e9:.2f} GFLOP  {U.fmt_bytes(res['bytes'])}"
         )

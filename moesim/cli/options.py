@@ -36,6 +36,7 @@ HELP = {
     "redundant": "EPLB redundant expert slots",
     "overlap": "serial | ideal | shared | sbo | two-batch | five-stage | auto",
     "cost_mode": "roofline | calibrated | measured",
+    "engine": "sglang | trtllm | vllm: the serving engine whose kernel profile prices the run",
     "comm": "deepep-ll | deepep-normal | nccl | pplx",
     "expert_skew": "auto | none | uniform | zipf:<s> | load.csv",
     "context_dist": "fixed | exp | lognormal:<cv>",
@@ -57,6 +58,7 @@ Hardware = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["har
 Hardwares = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"] + "; comma list")]
 Set = Annotated[list[str] | None, typer.Option("--set", help=HELP["set"])]
 CostMode = Annotated[str | None, typer.Option("--cost-mode", help=HELP["cost_mode"])]
+Engine = Annotated[str, typer.Option("--engine", help=HELP["engine"])]
 ExpertSkew = Annotated[str | None, typer.Option("--expert-skew", help=HELP["expert_skew"])]
 ContextDist = Annotated[str | None, typer.Option("--context-dist", help=HELP["context_dist"])]
 Isl = Annotated[float | None, typer.Option("--isl", help=HELP["isl"])]
@@ -118,6 +120,7 @@ def config_block(
     redundant_experts: Redundant = 0,
     overlap: Overlap = None,
     cost_mode: CostMode = "calibrated",
+    engine: Engine = "sglang",
     comm: Comm = None,
     expert_skew: ExpertSkew = "auto",
     context_dist: ContextDist = "fixed",
@@ -145,6 +148,7 @@ def grid_block(
     overlap: OverlapAxis = None,
     comm: CommAxis = None,
     cost_mode: CostMode = None,
+    engine: Engine = "sglang",
     expert_skew: ExpertSkew = None,
     context_dist: ContextDist = None,
     isl: Isl = None,

@@ -172,6 +172,7 @@ def plan(
     hardware: O.Hardware = "h800",
     set_: O.Set = None,
     cost_mode: O.CostMode = "calibrated",
+    engine: O.Engine = "sglang",
     expert_skew: O.ExpertSkew = "auto",
     json_out: O.Json = False,
     out: Annotated[
@@ -185,7 +186,7 @@ def plan(
     if plot is not None:
         check_figure_suffix(plot, "--plot")
     t = traffic_from_flags(traffic, flags)
-    r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew)
+    r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew, engine=engine)
     d = r.to_dict()
     _write_plan(r, d, out, plot)
     if json_out:

@@ -47,6 +47,7 @@ def timeline_block(
         str | None, typer.Option("--overlap", help="serial | shared | sbo | two-batch | five-stage")
     ] = None,
     cost_mode: O.CostMode = "calibrated",
+    engine: O.Engine = "sglang",
     comm: O.Comm = None,
     expert_skew: O.ExpertSkew = "auto",
     set_: O.Set = None,

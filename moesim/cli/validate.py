@@ -9,6 +9,7 @@ import typer
 
 from moesim.analyses.validate.cases import summary
 from moesim.analyses.validate.cases import validate as run
+from moesim.cli import options as O
 from moesim.report.validate import print_validate, write_report
 from moesim.report.writer import json_text
 
@@ -20,9 +21,12 @@ def validate(
     only: Annotated[list[str] | None, typer.Option("--case", help="run only these case ids")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="write a markdown report (+ parity plot PNG)")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help=O.HELP["engine"] + " (default: each case's own, else sglang)")
+    ] = None,
 ):
     """Predicted vs published figures, relative error, pass/fail; exits 1 if any case fails."""
-    checks = run(cases or None, ids=set(only) if only else None)
+    checks = run(cases or None, ids=set(only) if only else None, engine=engine)
     summ = summary(checks)
     if json_out:
         typer.echo(json_text({"checks": [c.__dict__ for c in checks], "summary": summ}, clean=False))

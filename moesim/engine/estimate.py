@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.pricing import evaluate_grid, resolve_specs
-from moesim.enums import CommMode, CostMode, Overlap, Phase
+from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
@@ -172,9 +172,11 @@ def _inputs(m: ModelSpec, phase, batch, context, mtp, acceptance, redundant_expe
 def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
                   batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
                   cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
-                  profile=None, force_profile=False, cuda_graphs=True) -> EstimateResult:  # fmt: skip
+                  profile=None, force_profile=False, cuda_graphs=True, engine=DEFAULT_ENGINE) -> EstimateResult:  # fmt: skip
     """One decode or prefill step of one configuration, per-op detail (phase "mixed" composes two
-    of these: `moesim.engine.serving`). Raises MoesimError subclasses on bad input."""
+    of these: `moesim.engine.serving`). Raises MoesimError subclasses on bad input. `engine`
+    (sglang | trtllm | vllm) picks the calibration profile; config records it and the file used."""
+    engine = Engine.parse(engine, "engine")
     phase = Phase.parse(phase, "phase")
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     comm = CommMode.parse(comm, "comm") if comm else None
@@ -189,7 +191,7 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
     require_valid(m, h, grid, phase)
     ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm,
                               expert_skew=expert_skew, context_dist=context_dist, profile_path=profile,
-                              force_profile=force_profile, cuda_graphs=cuda_graphs)  # fmt: skip
+                              force_profile=force_profile, cuda_graphs=cuda_graphs, engine=engine)  # fmt: skip
     notes += ev.notes
     _check_step(ev, batch, overlap)
     memd = memory_table(ev.memory)
@@ -198,6 +200,6 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
               "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
               "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
               "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
-              "cuda_graphs": cuda_graphs, "set": list(set or [])}  # fmt: skip
+              "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing}  # fmt: skip
     ops = op_table(ev.op_costs, micro_batches(ev.chosen))
     return EstimateResult(m, h, config, dict(ev.values), ops, memd, notes)

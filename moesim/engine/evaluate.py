@@ -48,6 +48,7 @@ class Evaluation:
     values: dict
     op_costs: list = field(default_factory=list)  # (OpCost, count per step)
     notes: list = field(default_factory=list)
+    pricing: dict = field(default_factory=dict)  # engine and profile file used (engine.pricing.profile_info)
 
 
 def _context_free_rows(grid: Grid):

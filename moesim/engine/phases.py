@@ -13,7 +13,7 @@ def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", isl=None, 
     """One configuration, per-op detail. Raises MoesimError subclasses on bad input.
     phase "mixed" (decode + chunked prefill in each step) needs isl and osl (tokens).
     Keywords: tp, dp, ep, moe_tp, batch, context, mtp, acceptance, redundant_experts, overlap,
-    cost_mode, comm, set, expert_skew, context_dist, profile, force_profile (see `estimate_step`)."""
+    cost_mode, engine, comm, set, expert_skew, context_dist, profile, force_profile (see `estimate_step`)."""
     phase = Phase.parse(phase, "phase")
     if phase == Phase.MIXED:
         return estimate_mixed(model, hardware, isl=isl, osl=osl, **kw)

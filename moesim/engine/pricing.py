@@ -10,14 +10,14 @@ import numpy as np
 
 from moesim.balance.factors import imbalance_factors
 from moesim.engine.evaluate import evaluate
-from moesim.enums import CostMode
+from moesim.enums import DEFAULT_ENGINE, CostMode, Engine
 from moesim.errors import CalibrationError
 from moesim.grid.core import Grid, distinct_rows
 from moesim.metrics.step import metrics
 from moesim.perf.profile import load_profile
+from moesim.perf.profile.reader import profile_path_for
 from moesim.specs import load_hardware, load_model, parse_overrides
 from moesim.specs.hardware import HardwareSpec
-from moesim.specs.loader import data_root
 from moesim.specs.model import ModelSpec
 
 COST_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "redundant")  # all but acceptance
@@ -33,11 +33,14 @@ def resolve_specs(model, hardware, set_=None):
     return m, h
 
 
-def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False):
-    """-> (calibration profile or None, notes). Roofline mode reads no profile."""
+def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False, engine=DEFAULT_ENGINE):
+    """-> (calibration profile or None, notes). Roofline mode reads no profile. The profile is the
+    engine's (calibration/profiles/<gpu>.<engine>.yaml) where one exists, else the GPU's generic one
+    (`moesim.perf.profile.reader.profile_path_for`); `profile_info` names the file used."""
+    engine = Engine.parse(engine, "engine")
     if CostMode(cost_mode) == CostMode.ROOFLINE:
         return None, []
-    prof = _cached_profile(hw, profile_path, force)
+    prof = _cached_profile(hw, profile_path, force, engine)
     if prof is None:
         return None, [
             f"no calibration profile for {hw.name}: kernels use peak efficiencies (roofline) plus launch overhead"
@@ -45,9 +48,17 @@ def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False
     return prof, []
 
 
-def _cached_profile(hw, path, force):
+def profile_info(prof, engine=DEFAULT_ENGINE) -> dict:
+    """What outputs record about the pricing: the engine asked for and the profile file used (None
+    in roofline mode or without a profile for the GPU)."""
+    return {"engine": Engine.parse(engine, "engine").value, "profile": prof.file_label() if prof is not None else None}
+
+
+def _cached_profile(hw, path, force, engine):
     """Profiles are read once per (file, mtime, hardware): sweeps call this many times."""
-    p = path or data_root() / "calibration" / "profiles" / f"{hw.name}.yaml"
+    p = path or profile_path_for(hw.name, engine)
+    if p is None:
+        return None
     try:
         mtime = os.stat(p).st_mtime_ns
     except OSError:
@@ -57,7 +68,7 @@ def _cached_profile(hw, path, force):
         if len(_PROFILE_CACHE) > 32:
             _PROFILE_CACHE.clear()
         try:
-            _PROFILE_CACHE[key] = load_profile(hw, path=path, force=force)
+            _PROFILE_CACHE[key] = load_profile(hw, path=p, force=force)
         except OSError as e:
             raise CalibrationError(f"profile {p}: cannot read ({e.strerror or e.__class__.__name__})") from None
         except (AttributeError, KeyError, TypeError, ValueError) as e:  # structure the reader does not check
@@ -88,15 +99,17 @@ def evaluate_grid(
     profile_path=None,
     force_profile=False,
     cuda_graphs=True,
+    engine=DEFAULT_ENGINE,
 ):
-    """Every configuration of `grid` -> (Evaluation, notes)."""
+    """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`)."""
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
-    prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile)
+    prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
     imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
     run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
     dd = _dedupe(grid)
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)
+        ev.pricing = profile_info(prof, engine)
         return ev, notes + imb_notes + ev.notes
     # configurations that differ only in acceptance share every op cost: evaluate each distinct
     # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
@@ -106,5 +119,5 @@ def evaluate_grid(
     vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
-    ev.grid, ev.values = grid, vals
+    ev.grid, ev.values, ev.pricing = grid, vals, profile_info(prof, engine)
     return ev, notes + imb_notes + ev.notes

@@ -66,7 +66,7 @@ def print_disagg(r) -> None:
     lines = [
         f"workload ISL {w['isl']:g} / OSL {w['osl']:g} tokens; targets TTFT <= {w['max_ttft_s'] * 1e3:g} ms, "
         f"TPOT <= {w['max_tpot_s'] * 1e3:g} ms; prefill on {w['prefill_hardware']}, decode on "
-        f"{w['decode_hardware']} ({w['cost_mode']})"
+        f"{w['decode_hardware']} ({w['cost_mode']}{', engine ' + w['engine'] if w.get('engine') else ''})"
     ]
     p, d, a = r.prefill, r.decode, r.aggregated
     lines += _pool_lines(p, d)

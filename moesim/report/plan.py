@@ -19,6 +19,7 @@ def fmt_tokens(x: float) -> str:
 def _traffic_lines(r) -> list[str]:
     t, tot = r.traffic, r.totals
     title = f"capacity plan{' · ' + t.name if t.name else ''} · {r.model} on {r.hardware} · {r.cost_mode}"
+    title += f" · engine {r.pricing['engine']}" if r.pricing.get("engine") else ""
     return [
         f"[bold]{title}[/bold]",
         f"traffic      input {fmt_tokens(t.input_tokens)} tokens ({fmt_tokens(t.cache_hit_tokens)} cache hits, "

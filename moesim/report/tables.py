@@ -44,6 +44,7 @@ def _estimate_title(r) -> str:
         f"{' MoE-TP' + str(cfg['moe_tp']) if cfg['moe_tp'] > 1 else ''} · {cfg['gpus']} GPUs · batch "
         f"{cfg['batch']:g} {'requests' if cfg['phase'] != 'prefill' else 'tokens'}/DP group · context "
         f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · {cfg['comm']}"
+        f"{' · engine ' + cfg['engine'] if cfg.get('engine') else ''}"
     )
 
 

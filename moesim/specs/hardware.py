@@ -46,6 +46,9 @@ class HardwareSpec:
     )
     layer_sync_us: float = field(0.0, lo=0.0, hi=1e5, doc="per-layer synchronisation outside the kernels")
     memory_reserve_GB: float = field(4.0, lo=0.0, hi=1e5, doc="CUDA context, allocator slack, CUDA graphs")
+    sm_version: int = field(
+        0, lo=0, hi=1000, doc="CUDA compute capability x 10 (80 Ampere, 90 Hopper, 100 Blackwell); 0 = unknown"
+    )
     description: str = ""
     sources: dict[str, str] = None
 
@@ -96,6 +99,13 @@ class HardwareSpec:
     kernel_launch_s = _si("kernel_launch_us", U.US)
     kernel_launch_eager_s = _si("kernel_launch_eager_us", U.US)
     layer_sync_s = _si("layer_sync_us", U.US)
+
+    @property
+    def sm_generation(self) -> int:
+        """The SM architecture generation (compute capability major: 8 Ampere, 9 Hopper, 10 Blackwell;
+        0 = unknown). Calibrated efficiencies transfer between GPUs of one generation only
+        (moesim.calibration.fit.derive)."""
+        return int(self.sm_version) // 10
 
     @property
     def domain_gpus(self) -> int:

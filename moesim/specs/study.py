@@ -30,6 +30,7 @@ STUDY_KEYS = (
     "axes",
     "filters",
     "cost_mode",
+    "engine",
     "expert_skew",
     "context_dist",
     "set",
@@ -172,7 +173,7 @@ def load_study(path) -> dict:
             raise ConfigError(f"study: unknown filter {k!r} in {p.name}; allowed: {', '.join(FILTER_KEYS)}")
     kw = {
         k: data[k]
-        for k in ("model", "hardware", "phase", "cost_mode", "expert_skew", "context_dist", "isl", "osl")
+        for k in ("model", "hardware", "phase", "cost_mode", "engine", "expert_skew", "context_dist", "isl", "osl")
         if data.get(k) is not None
     }
     if data.get("set") is not None:

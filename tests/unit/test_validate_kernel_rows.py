@@ -106,3 +106,14 @@ def test_validate_cli_counts_kernel_row_failures():
     assert "checks within tolerance" in p.stdout
     failed = sum(not c.passed for c in validate([CASES]))
     assert p.returncode == (1 if failed else 0)
+
+
+def test_validate_engine_reaches_kernel_rows():
+    from moesim.analyses.validate.runners import with_engine
+
+    case = {"id": "x", "kernel_rows": {"file": "f.csv"}}
+    assert with_engine(case, "trtllm")["kernel_rows"]["engine"] == "trtllm"
+    pinned = {"id": "x", "kernel_rows": {"file": "f.csv", "engine": "vllm"}}
+    assert with_engine(pinned, "trtllm")["kernel_rows"]["engine"] == "vllm"  # the case's own key wins
+    checks = validate([CASES], ids={"h800-deepep-low-latency"}, engine="trtllm")
+    assert len(checks) == 12 and all(c.metric != "error" for c in checks)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from moesim.analyses.validate.common import Check, num
-from moesim.analyses.validate.runners import run_case
+from moesim.analyses.validate.runners import run_case, with_engine
+from moesim.enums import Engine
 from moesim.errors import MoesimError, SpecError
 from moesim.specs.loader import data_root, read_mapping
 
@@ -71,8 +72,12 @@ def _check_case(p, c):
             )
 
 
-def validate(paths=None, ids=None) -> list[Check]:
-    cases = load_cases(paths)
+def validate(paths=None, ids=None, engine=None) -> list[Check]:
+    """Run the cases (all, or `ids`); `engine` (sglang, trtllm, vllm): the profile every case without
+    its own `engine:` key is priced with (default: each runner's, sglang)."""
+    if engine is not None:
+        engine = Engine.parse(engine, "engine").value
+    cases = [with_engine(c, engine) for c in load_cases(paths)]
     by_id = {c["id"]: c for c in cases}
     unknown = sorted(set(ids or ()) - set(map(str, by_id)) - set(by_id), key=str)
     if unknown:

@@ -31,6 +31,7 @@ ESTIMATE_KEYS = {
     "redundant_experts",
     "overlap",
     "cost_mode",
+    "engine",
     "comm",
     "set",
     "expert_skew",
@@ -82,7 +83,19 @@ def case_config(case, by_id):
 def run_estimate(cfg, **over):
     kw = {
         k: num(v)
-        if k not in ("model", "hardware", "phase", "overlap", "cost_mode", "comm", "expert_skew", "context_dist", "set")
+        if k
+        not in (
+            "model",
+            "hardware",
+            "phase",
+            "overlap",
+            "cost_mode",
+            "engine",
+            "comm",
+            "expert_skew",
+            "context_dist",
+            "set",
+        )
         else v
         for k, v in cfg.items()
         if k in ESTIMATE_KEYS

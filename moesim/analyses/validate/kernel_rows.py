@@ -6,7 +6,7 @@ machinery (workload.kernels.kernel_work + perf.kernel.price_kernel) on a GPU's p
       file: calibration/measurements/h800/gemm.csv   # relative to the data root
       ids: [DG-001, DG-004]     # or `all`: every row with a time and no exclude reason
       hardware: h800            # the profile priced (default: the row's GPU folder)
-      engine: sglang            # engine profile, where the profile reader knows engines
+      engine: sglang            # the engine's profile (default: validate --engine, else sglang)
       peak_grid: {batch: [..], q_len: [..], heads: [..], context: [..]}   # rows without a time
 
 A row with time_s gives one check: predicted vs published time. A row without a time but with a
@@ -16,14 +16,13 @@ the best achieved throughput the model predicts over `peak_grid` vs the publishe
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import re
 
 from moesim.analyses.validate.common import Check, num
 from moesim.calibration.records import read_csv_rows
 from moesim.engine.pricing import load_profile_for, resolve_specs
-from moesim.enums import CostMode
+from moesim.enums import DEFAULT_ENGINE, CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
 from moesim.specs.loader import data_root
@@ -67,10 +66,8 @@ def kernel_shape(row: dict) -> tuple[str, dict]:
 
 
 def _profile(hw, engine):
-    """The calibrated profile of `hw` for `engine` (engine ignored where the reader predates engines)."""
-    if engine and "engine" in inspect.signature(load_profile_for).parameters:
-        return load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0]
-    return load_profile_for(hw, CostMode.CALIBRATED)[0]
+    """The calibrated profile of `hw` for `engine` (<gpu>.<engine>.yaml, else the GPU's generic one)."""
+    return load_profile_for(hw, CostMode.CALIBRATED, engine=engine or DEFAULT_ENGINE)[0]
 
 
 def select_rows(spec: dict, where: str) -> list[tuple[str, dict]]:

@@ -27,6 +27,7 @@ from moesim.analyses.validate.common import (
 from moesim.analyses.validate.kernel_rows import run_kernel_rows
 from moesim.analyses.validate.pareto_case import pareto_ratio
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.enums import DEFAULT_ENGINE
 from moesim.errors import SpecError
 from moesim.metrics.economics import economics_report
 from moesim.perf.cost import CostModel
@@ -111,7 +112,13 @@ def run_capacity(c: Case) -> list[Check]:
         {k: (num(v) if not isinstance(v, dict) else v) for k, v in i.items() if k in PLAN_INPUT_KEYS}
         | ({} if "slo" in i else {"slo": {"min_tokens_per_s_per_user": 20}})
     )
-    res = plan(t, i.get("model", "deepseek-v3"), i.get("hardware", "h800"), i.get("cost_mode", "calibrated")).to_dict()
+    res = plan(
+        t,
+        i.get("model", "deepseek-v3"),
+        i.get("hardware", "h800"),
+        i.get("cost_mode", "calibrated"),
+        engine=i.get("engine", DEFAULT_ENGINE),
+    ).to_dict()
     return [c.check(k, res[k], v) for k, v in c.expect.items()]
 
 
@@ -120,7 +127,7 @@ def run_kernel(c: Case) -> list[Check]:
     k = dict(c.raw["kernel"])
     m, h = resolve_specs(k.pop("model", "deepseek-v3"), k.pop("hardware", "h800"), k.pop("set", None))
     mode = k.pop("cost_mode", "calibrated")
-    prof, _ = load_profile_for(h, mode)
+    prof, _ = load_profile_for(h, mode, engine=k.pop("engine", DEFAULT_ENGINE))
     op = k.pop("op")
     shape = {kk: num(vv) if kk not in ("layout", "mode") else vv for kk, vv in k.items()}
     cost = CostModel(h, m, mode, prof).cost(kernel_work(m, h, op, **shape))
@@ -240,6 +247,18 @@ def case_kind(case, by_id) -> str:
     if "min_tokens_per_s_per_user" in cfg:
         return "slo_batch"
     return "estimate"
+
+
+def with_engine(case: dict, engine) -> dict:
+    """The case with `engine` as the default of its estimate config, kernel or plan inputs (a
+    case's own `engine:` key wins): `moesim validate --engine`."""
+    if engine is None:
+        return case
+    out = dict(case)
+    for sec in ("config", "kernel", "kernel_rows", "inputs"):
+        if isinstance(case.get(sec), dict) and "same_as" not in case[sec]:
+            out[sec] = {"engine": str(engine), **case[sec]}
+    return out
 
 
 def run_case(case, by_id) -> list[Check]:

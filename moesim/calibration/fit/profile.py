@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import gzip
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,7 @@ from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.kernels import fit_kernels
 from moesim.calibration.fit.peaks import Peaks, derive_peaks
 from moesim.calibration.records import COLUMNS, NUMERIC_COLUMNS, atomic_write_text
+from moesim.enums import Engine
 from moesim.errors import CalibrationError, SpecError
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
@@ -168,6 +170,7 @@ def cv_table(profile: dict) -> list[dict]:
             "rows": e["rows"],
             "folds": e["cv"]["folds"],
             "median_abs_pct": e["cv"]["median_abs_pct"],
+            "p90_abs_pct": e["cv"].get("p90_abs_pct"),
             "max_abs_pct": e["cv"]["max_abs_pct"],
         }
         for name, e in named
@@ -181,7 +184,8 @@ def _file_info(p: Path) -> dict:
         rel = str(Path(p).resolve().relative_to(data_root().resolve()))
     except ValueError:
         rel = str(p)
-    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest()[:16], "rows": max(data.count(b"\n") - 1, 0)}
+    text = gzip.decompress(data) if str(p).endswith(".gz") else data  # .csv.gz rows (calibration.records)
+    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest()[:16], "rows": max(text.count(b"\n") - 1, 0)}
 
 
 def read_profile_dict(path: Path) -> dict:
@@ -196,8 +200,11 @@ def fit(
     folds: int | None = None,
     hardware=None,
     device_note: str = "",
+    engine=None,
 ) -> dict:
-    """Fit CSVs (and inherit what they do not cover) into a profile; write it atomically if `out`."""
+    """Fit CSVs (and inherit what they do not cover) into a profile; write it atomically if `out`.
+    `engine` (sglang, trtllm, vllm): the rows are that engine's kernels; the profile records it
+    (calibration/profiles/<gpu>.<engine>.yaml, inheriting from the GPU's generic <gpu>.yaml)."""
     paths = [Path(p) for p in csv_paths]
     df = (
         load_measurements(paths)
@@ -217,6 +224,11 @@ def fit(
     peaks = Peaks.from_hardware(hardware) if hardware is not None else derive_peaks(gpu, df)
     parents = [read_profile_dict(Path(p)) for p in inherit]
     profile = build_profile(df, gpu, peaks, parents, folds, [_file_info(p) for p in paths], device_note)
+    if engine is not None:  # right after `gpu`: the pair names the profile
+        eng = Engine.parse(engine, "engine").value
+        items = list(profile.items())
+        at = [k for k, _ in items].index("gpu") + 1
+        profile = dict(items[:at] + [("engine", eng)] + items[at:])
     S.validate(profile, out if out is not None else f"fitted for {gpu}", hint=WRITER_HINT)
     if out is not None:
         write_profile(profile, Path(out))

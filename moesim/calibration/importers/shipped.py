@@ -1,21 +1,37 @@
-"""Rebuild the shipped measurement CSVs and profiles from the published kernel figures.
+"""Rebuild every shipped profile: the generic ones from the published kernel figures, then the
+per-engine ones from the imported measurement rows, then the derived siblings.
 
   python -m moesim.calibration.importers.shipped [../shared/reference/published_figures.csv]
+
+Generic (`rebuild`):
 
 calibration/measurements/h800/*.csv, h100_sxm/pplx.csv   <- DG, FMLA, DEP, PPLXK rows
 calibration/profiles/h800.yaml      GEMM, grouped GEMM (DeepGEMM), MLA peaks (FlashMLA), DeepEP LL + normal
 calibration/profiles/h100_sxm.yaml  pplx dispatch/combine fitted; the rest inherited from h800
 calibration/profiles/h200.yaml      everything inherited (no H200 measurement exists here)
+
+Per engine (`rebuild_engines`), for every GPU and engine with rows:
+calibration/measurements/<gpu>/<engine>/*.csv[.gz] (+ the GPU's own <gpu>/*.csv[.gz])
+                                    -> calibration/profiles/<gpu>.<engine>.yaml, inheriting from <gpu>.yaml
+calibration/profiles/h200.<engine>.yaml -> h100_sxm.<engine>.yaml, h800.<engine>.yaml (derived: same SM
+                                    generation; moesim.calibration.fit.derive says what transfers)
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from moesim.calibration import fit as F
+from moesim.calibration.fit.derive import derive
 from moesim.calibration.importers.published import extract
+from moesim.enums import Engine
+from moesim.errors import MoesimError
 from moesim.specs.loader import data_root
+
+ENGINE_GPUS = ("h200", "b200", "gb200_nvl72")  # GPUs with imported measured tables (issue 14)
+DERIVED = {"h200": ("h100_sxm", "h800")}  # measured GPU -> siblings of its SM generation
 
 NOTES = {
     "h800": (
@@ -63,11 +79,74 @@ def rebuild(reference: Path, root: Path | None = None) -> dict[str, dict]:
     return out
 
 
+def _csvs(folder: Path) -> list[Path]:
+    return sorted([*folder.glob("*.csv"), *folder.glob("*.csv.gz")])
+
+
+def engine_note(gpu: str, engine: str) -> str:
+    return (
+        f"Fitted from the measured {engine} kernel tables of a {gpu} (calibration/measurements/{gpu}/{engine}; "
+        f"each entry's source names the package, version, system, engine version and table); kernels those "
+        f"tables do not cover are inherited from the generic {gpu}.yaml and say so."
+    )
+
+
+def rebuild_engines(root: Path | None = None, echo=print, failures: list | None = None) -> dict[str, dict]:
+    """<gpu>.<engine>.yaml for every GPU / engine with measurement rows, then the derived siblings
+    (a GPU or engine without rows is skipped and says so). A fit the rows break raises, or, with a
+    `failures` list, is recorded there ("<gpu>.<engine>: <error>") and the others go on."""
+    root = Path(root) if root else data_root()
+    meas, prof = root / "calibration" / "measurements", root / "calibration" / "profiles"
+    out = {}
+    for gpu in ENGINE_GPUS:
+        for engine in Engine:
+            rows = _csvs(meas / gpu / engine.value)
+            if not rows:
+                echo(f"skip {gpu}.{engine.value}: no rows in {meas / gpu / engine.value}")
+                continue
+            try:
+                out.update(_engine_profiles(gpu, engine.value, rows + _csvs(meas / gpu), prof))
+            except MoesimError as e:
+                if failures is None:
+                    raise
+                failures.append(f"{gpu}.{engine.value}: {e}")
+                echo(f"FAILED {failures[-1]}")
+    return out
+
+
+def _engine_profiles(gpu: str, engine: str, rows: list[Path], prof: Path) -> dict[str, dict]:
+    """Fit one GPU's engine profile (inheriting from its generic one), then derive its siblings."""
+    generic, target = prof / f"{gpu}.yaml", prof / f"{gpu}.{engine}.yaml"
+    out = {
+        f"{gpu}.{engine}": F.fit(
+            rows,
+            gpu=gpu,
+            out=target,
+            inherit=[generic] if generic.exists() else [],
+            device_note=engine_note(gpu, engine),
+            engine=engine,
+        )
+    }
+    for sib in DERIVED.get(gpu, ()):
+        out[f"{sib}.{engine}"] = derive(target, sib, out=prof / f"{sib}.{engine}.yaml")
+    return out
+
+
+def _print_cv(name: str, p: dict) -> None:
+    for r in F.cv_table(p):
+        p90 = r.get("p90_abs_pct")
+        print(
+            f"{name:20s} {r['kernel']:24s} rows {r['rows']:4d} folds {r['folds']:3d} median {r['median_abs_pct']:6.2f}%  "
+            f"p90 {'-' if p90 is None else f'{p90:6.2f}%'}  max {r['max_abs_pct']:7.2f}%"
+        )
+
+
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
     ref = Path(sys.argv[1]) if len(sys.argv) > 1 else data_root() / "validation" / "published_figures.csv"
     for gpu, p in rebuild(ref).items():
-        for r in F.cv_table(p):
-            print(
-                f"{gpu:9s} {r['kernel']:24s} rows {r['rows']:3d} folds {r['folds']:3d} "
-                f"median {r['median_abs_pct']:6.2f}%  max {r['max_abs_pct']:7.2f}%"
-            )
+        _print_cv(gpu, p)
+    t0, failed = time.perf_counter(), []
+    for name, p in rebuild_engines(failures=failed).items():
+        _print_cv(name, p)
+    print(f"engine profiles in {time.perf_counter() - t0:.1f} s" + (f"; {len(failed)} FAILED" if failed else ""))
+    sys.exit(1 if failed else 0)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from moesim.enums import Engine
 from moesim.errors import CalibrationError
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import by_ep_params
@@ -80,20 +81,28 @@ def _parse_profile_file(path: Path) -> dict:
     return S.fill_sections(data)
 
 
-def load_profile(hardware, path=None, force: bool = False) -> Profile | None:
-    """The calibration profile for `hardware` (a HardwareSpec).
+def profile_path_for(gpu: str, engine=None, root: Path | None = None) -> Path | None:
+    """The profile file a GPU is priced with: calibration/profiles/<gpu>.<engine>.yaml when it exists
+    (per-engine kernels), else the GPU's generic <gpu>.yaml; None when neither exists. Names are tried
+    as given and normalized (gb200-nvl72 -> gb200_nvl72)."""
+    prof_dir = (root or data_root()) / "calibration" / "profiles"
+    names = dict.fromkeys((str(gpu), _norm_gpu(gpu)))
+    eng = Engine.parse(engine, "engine").value if engine is not None else None
+    stems = ([f"{n}.{eng}" for n in names] if eng else []) + list(names)
+    return next((prof_dir / f"{s}.yaml" for s in stems if (prof_dir / f"{s}.yaml").exists()), None)
 
-    Default path: calibration/profiles/<hardware.name>.yaml under moesim.specs.loader.data_root();
-    None when that file does not exist. An explicit `path` must exist. A profile fitted for another
-    GPU is refused (CalibrationError) unless force=True.
+
+def load_profile(hardware, path=None, force: bool = False, engine=None) -> Profile | None:
+    """The calibration profile for `hardware` (a HardwareSpec) under `engine` (sglang, trtllm, vllm).
+
+    Default path: `profile_path_for(hardware.name, engine)` (the engine's profile, else the GPU's
+    generic one); None when neither exists. An explicit `path` must exist (the engine is then only
+    recorded). A profile fitted for another GPU is refused (CalibrationError) unless force=True.
     """
     if path is None:
-        path = data_root() / "calibration" / "profiles" / f"{hardware.name}.yaml"
-        if not path.exists():
-            alt = path.with_name(_norm_gpu(hardware.name) + ".yaml")
-            if not alt.exists():
-                return None
-            path = alt
+        path = profile_path_for(hardware.name, engine)
+        if path is None:
+            return None
     else:
         path = Path(path)
         if not path.exists():
@@ -117,6 +126,7 @@ class Profile:
         self.gpu = str(data["gpu"])
         self.schema_version = data.get("schema_version")
         self.date = str(data.get("date", ""))
+        self.engine = data.get("engine")  # None: the GPU's generic profile (no engine's own tables)
         self.kernels = data.get("kernels") or {}
         self.comm = data.get("comm") or {}
         self.collectives = data.get("collectives") or {}
@@ -139,6 +149,15 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile(gpu={self.gpu!r}, kernels={sorted(self.kernels)}, comm={sorted(self.comm)})"
+
+    def file_label(self) -> str | None:
+        """The profile file, relative to the data root when it lies under it (for outputs' provenance)."""
+        if self.path is None:
+            return None
+        try:
+            return str(self.path.resolve().relative_to(data_root().resolve()))
+        except ValueError:
+            return str(self.path)
 
     # ------------------------------------------------------------------ kernels
     def _work(self, family: str, e: dict, shape: dict):

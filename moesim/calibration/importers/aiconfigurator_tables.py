@@ -1,0 +1,266 @@
+"""aiconfigurator perf tables -> moesim measurement rows: one mapper per table (columns, units, filters).
+
+Every mapper takes the table as a pandas frame and the import context and returns (rows frame in
+moesim.calibration.records.COLUMNS, {reason: rows not written}). Units: aiconfigurator `latency` is
+in milliseconds, DeepEP `*_us` columns in microseconds; `time_s` is seconds, rounded to 4 significant
+digits (0.1 % worst-case resolution, below the run-to-run spread of a kernel timing, which is a few
+%; it keeps the shipped files small). The semantics of each column were read from the collectors in
+ai-dynamo/aiconfigurator (collector/*) and the sdk of aiconfigurator-core; the module docstring of
+moesim.calibration.importers.aiconfigurator lists every column dropped and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from moesim.calibration.records import COLUMNS
+
+# Their dtype names -> ours (records' dtype column); anything else is kept verbatim.
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_block": "fp8_block", "fp8": "fp8", "int8": "int8"}
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}  # nccl_dtype / allreduce_dtype element sizes
+KEEP_DTYPES = ("fp8_block", "bf16")  # GEMM and MoE dtypes imported (size budget; see the README section)
+BALANCED = ("balanced", "uniform")  # MoE routing distributions kept; skewed ones are moesim.balance's job
+SKEWED = "skewed routing: expert skew is modelled by moesim.balance"
+# Size trims of the shipped files (Ctx.trim; `--all-shapes` turns them off): attention head_dim 128
+# (every MHA/GQA model in models/ uses it) and GEMM 64 <= n, k <= 16384 (larger ones sit on the
+# plateau; 32 is no layer's width).
+TRIM_HEAD_DIM, TRIM_GEMM_NK = 128, (64, 16384)
+NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
+NCCL_OPS["alltoall"] = "all_to_all"
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Where a table came from: written into every row's gpu, source and date."""
+
+    system: str  # aiconfigurator system (h200_sxm)
+    gpu: str  # moesim GPU name (h200)
+    engine: str  # sglang | trtllm | vllm | nccl
+    version: str  # engine (or NCCL) version folder the table was read from
+    table: str  # table name without .parquet
+    pkg: str  # aiconfigurator-core version
+    gpus_per_node: int
+    date: str = ""
+    trim: bool = True  # the size trims above (off: every shape of the kept dtypes)
+
+
+def seconds(values, scale: float) -> np.ndarray:
+    """Times in seconds (values x scale), 4 significant digits."""
+    return np.array([float(f"{v * scale:.4g}") for v in np.asarray(values, dtype=float)])
+
+
+def dtypes(col) -> pd.Series:
+    s = pd.Series(col, dtype=object).astype(str)
+    return s.map(lambda x: DTYPES.get(x, x))
+
+
+def rows(df: pd.DataFrame, ctx: Ctx, kernel: str, **cols) -> pd.DataFrame:
+    """A records-schema frame for `df`'s rows: `cols` (Series, arrays or scalars) + provenance columns."""
+    n = len(df)
+    out = pd.DataFrame(index=range(n), columns=COLUMNS, dtype=object).fillna("")
+    src = df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df else np.full(n, "")
+    base = f"aiconfigurator-core {ctx.pkg} {ctx.system} {ctx.engine} {ctx.version} {ctx.table}"
+    prov = {
+        "kernel": kernel,
+        "backend": src,
+        "gpu": ctx.gpu,
+        "device": df["device"].astype(str).to_numpy() if "device" in df else "",
+        "lib_versions": _lib_versions(df),
+        "date": ctx.date,
+        "source": np.char.add(base + " ", src.astype(str)) if n else base,
+    }
+    for c, v in {**prov, **cols}.items():
+        out[c] = v.to_numpy() if isinstance(v, pd.Series) else v
+    return out
+
+
+def _lib_versions(df: pd.DataFrame):
+    if "framework" not in df or "version" not in df:
+        return ""
+    return (df["framework"].astype(str) + " " + df["version"].astype(str)).to_numpy()
+
+
+def keep(df: pd.DataFrame, mask, reason: str, dropped: dict) -> pd.DataFrame:
+    """Rows where mask holds; the others are counted under `reason` (not written)."""
+    mask = np.asarray(mask, dtype=bool)
+    if (~mask).any():
+        dropped[reason] = dropped.get(reason, 0) + int((~mask).sum())
+    return df[mask].reset_index(drop=True)
+
+
+def gemm(df, ctx):
+    """gemm_perf: one GEMM (m x k) @ (k x n); fp8_block and bf16 only."""
+    dropped: dict = {}
+    d = keep(df, dtypes(df["gemm_dtype"]).isin(KEEP_DTYPES), "dtype not imported (per-tensor fp8, fp4, ...)", dropped)
+    if ctx.trim:
+        lo, hi = TRIM_GEMM_NK
+        ok = d["n"].between(lo, hi) & d["k"].between(lo, hi)
+        d = keep(d, ok, "n or k outside 64..16384 (size trim)", dropped)
+    t = seconds(d["latency"], 1e-3)
+    return rows(d, ctx, "gemm", m=d["m"], n=d["n"], k=d["k"], dtype=dtypes(d["gemm_dtype"]), time_s=t), dropped
+
+
+def moe(df, ctx, layout: str):
+    """moe_perf (fused), wideep_generation_moe_perf (masked), wideep_context_moe_perf (contiguous)."""
+    dropped: dict = {}
+    d = keep(
+        df, dtypes(df["moe_dtype"]).isin(KEEP_DTYPES), "dtype not imported (per-tensor fp8, fp4, int4...)", dropped
+    )
+    d = keep(d, d["distribution"].astype(str).isin(BALANCED), SKEWED, dropped)
+    cols = dict(tokens=d["num_tokens"], hidden=d["hidden_size"], n=d["inter_size"], experts=d["num_experts"])
+    cols.update(topk=d["topk"], ep=d["moe_ep_size"], tp=d["moe_tp_size"], dtype=dtypes(d["moe_dtype"]))
+    cols.update(layout=layout, note=d["distribution"], time_s=seconds(d["latency"], 1e-3))
+    return rows(d, ctx, "moe", **cols), dropped
+
+
+def _context(d):
+    # KV length the query attends to: isl + step (generation: isl = 1, step = tokens already cached,
+    # collector/*/collect_mla.py; context: step = 0, the causal prefill of isl tokens)
+    return d["isl"] + d["step"]
+
+
+def mla(df, ctx, phase: str, module: bool = False):
+    """generation_mla_perf / context_mla_perf (the attention kernel alone) and the MLA module tables."""
+    d = df.reset_index(drop=True)
+    q_len = 1 if phase == "generation" else d["isl"]
+    cols = dict(batch=d["batch_size"], q_len=q_len, heads=d["num_heads"], context=_context(d))
+    cols.update(dtype=dtypes(d["kv_cache_dtype"]), tp=d["tp_size"], time_s=seconds(d["latency"], 1e-3))
+    if not module:
+        return rows(d, ctx, "mla_decode" if phase == "generation" else "mla_prefill", mode=phase, **cols), {}
+    note = ("model " + d["model"].astype(str)) if "model" in d else ""
+    out = rows(d, ctx, "mla_module", op=phase, note=note, **cols)
+    out["exclude"] = "module table: projections + attention"
+    return out, {}
+
+
+def attention(df, ctx, phase: str):
+    """context_attention_perf / generation_attention_perf (MHA / GQA, paged KV)."""
+    dropped: dict = {}
+    d = keep(df, df["attn_dtype"].astype(str) == "bfloat16", "FP8 attention compute (attn_dtype fp8)", dropped)
+    d = keep(d, d["window_size"] == 0, "sliding-window attention (window_size > 0)", dropped)
+    d = keep(d, d["beam_width"] == 1, "beam search (beam_width > 1)", dropped)
+    if ctx.trim:
+        d = keep(d, d["head_dim"] == TRIM_HEAD_DIM, "head_dim != 128 (size trim)", dropped)
+    q_len = 1 if phase == "generation" else d["isl"]
+    cols = dict(batch=d["batch_size"], q_len=q_len, heads=d["num_heads"], groups=d["num_key_value_heads"])
+    cols.update(k=d["head_dim"], context=_context(d), dtype=dtypes(d["kv_cache_dtype"]))
+    return rows(d, ctx, "attention", mode=phase, time_s=seconds(d["latency"], 1e-3), **cols), dropped
+
+
+def bmm(df, ctx):
+    """mla_bmm_perf: the absorbed-MLA per-head BMMs (mla_gen_pre / mla_gen_post)."""
+    d = df.reset_index(drop=True)
+    op = d["op_name"].astype(str).str.replace("mla_gen_", "", regex=False)
+    cols = dict(op=op, m=d["num_tokens"], heads=d["num_heads"], dtype=dtypes(d["bmm_dtype"]))
+    return rows(d, ctx, "bmm", time_s=seconds(d["latency"], 1e-3), **cols), {}
+
+
+def quant(df, ctx):
+    """scale_matrix_perf (FP8 activation quant pass) / computescale_perf (scale computation)."""
+    d = df.reset_index(drop=True)
+    out = rows(d, ctx, "quant", op=d["op_name"], m=d["m"], k=d["k"], dtype=dtypes(d["quant_dtype"]))
+    out["time_s"] = seconds(d["latency"], 1e-3)
+    zero = out["time_s"].to_numpy(dtype=float) <= 0
+    out.loc[zero, "exclude"] = "zero latency recorded (scale computation fused into the quant kernel)"
+    return out, {}
+
+
+def _deepep_pair(d, ctx, mode: str, ep, extra: dict, times: dict, notes: dict | None = None):
+    """One dispatch and one combine row per table row."""
+    out = []
+    for op in ("dispatch", "combine"):
+        cols = dict(mode=mode, op=op, tokens=d["num_token"], hidden=d["hidden_size"], topk=d["num_topk"])
+        cols.update(experts=d["num_experts"], ep=ep, gpus_per_node=ctx.gpus_per_node, time_s=times[op], **extra[op])
+        if notes:
+            cols["note"] = notes[op]
+        out.append(rows(d, ctx, "deepep", **cols))
+    return pd.concat(out, ignore_index=True)
+
+
+def deepep_ll(df, ctx):
+    """wideep_deepep_ll_perf: low-latency dispatch / combine; time = avg_t_us; GBps = their logical GB/s."""
+    d = df.reset_index(drop=True)
+    ep = d["node_num"] * ctx.gpus_per_node
+    times = {op: seconds(d[f"{op}_avg_t_us"], 1e-6) for op in ("dispatch", "combine")}
+    extra = {op: {"GBps": d[f"{op}_bandwidth_gbps"]} for op in ("dispatch", "combine")}
+    return _deepep_pair(d, ctx, "ll", ep, extra, times), {}
+
+
+def deepep_normal(df, ctx):
+    """wideep_deepep_normal_perf: normal (high-throughput) kernels; time = transmit + notify (note: split)."""
+    d = df.reset_index(drop=True)
+    ep = d["node_num"] * ctx.gpus_per_node
+    times, extra, notes = {}, {}, {}
+    for op in ("dispatch", "combine"):
+        tx, nt = d[f"{op}_transmit_us"], d[f"{op}_notify_us"]
+        times[op] = seconds(tx + nt, 1e-6)
+        extra[op] = {"sms": d[f"{op}_sms"]}
+        notes[op] = "transmit_us " + tx.map(lambda v: f"{v:.7g}") + "; notify_us " + nt.map(lambda v: f"{v:.7g}")
+    return _deepep_pair(d, ctx, "normal", ep, extra, times, notes), {}
+
+
+def moe_a2a(df, ctx):
+    """moe_a2a_perf (TRT-LLM / vLLM DeepEP): one row per phase; latency is in us (= transmit + notify)."""
+    d = df.reset_index(drop=True)
+    backend = d["comm_backend"].astype(str)
+    mode = np.where(backend.str.endswith("_ll"), "ll", np.where(backend.str.endswith("_ht"), "normal", backend))
+    dt = dtypes(d["comm_dtype"]).replace("default", "")
+    note = "comm_backend " + backend + "; transmit_us " + d["transmit_us"].map(lambda v: f"{v:.7g}")
+    note = note + "; notify_us " + d["notify_us"].map(lambda v: f"{v:.7g}")
+    cols = dict(mode=mode, op=d["phase"], tokens=d["num_tokens"], hidden=d["hidden_size"], topk=d["topk"])
+    cols.update(experts=d["num_experts"], ep=d["ep_size"], gpus_per_node=ctx.gpus_per_node, dtype=dt, note=note)
+    out = rows(d, ctx, "deepep", time_s=seconds(d["latency"], 1e-6), **cols)
+    out["sms"] = d["sms"].where(d["sms"] > 0, "").to_numpy()  # 0 = the LL kernels (no SM count chosen)
+    return out, {}
+
+
+def nccl(df, ctx):
+    """nccl_perf (nccl-tests): message_size is ELEMENTS (collect_nccl.py: size // bytes_per_element)."""
+    dropped: dict = {}
+    d = keep(df, df["op_name"].astype(str).isin(list(NCCL_OPS)), "collective moesim does not price", dropped)
+    dt = dtypes(d["nccl_dtype"])
+    nbytes = d["message_size"] * dt.map(ELEM_BYTES).astype(int)
+    kernel = "nccl_" + d["op_name"].astype(str).map(NCCL_OPS)
+    out = rows(d, ctx, "", ep=d["num_gpus"], bytes=nbytes, dtype=dt, time_s=seconds(d["latency"], 1e-3))
+    out["kernel"] = kernel.to_numpy()
+    return out, dropped
+
+
+def custom_allreduce(df, ctx):
+    """custom_allreduce_perf: the engine's own all-reduce; message_size is ELEMENTS of allreduce_dtype."""
+    d = df.reset_index(drop=True)
+    dt = dtypes(d["allreduce_dtype"])
+    nbytes = d["message_size"] * dt.map(ELEM_BYTES).astype(int)
+    out = rows(d, ctx, "nccl_all_reduce", ep=d["num_gpus"], bytes=nbytes, dtype=dt)
+    out["time_s"] = seconds(d["latency"], 1e-3)
+    eager = d["kernel_source"].astype(str).str.lower().str.endswith("_eager").to_numpy()
+    out.loc[eager, "exclude"] = "eager launch (engines run the custom all-reduce inside CUDA graphs)"
+    return out, {}
+
+
+# table name -> mapper(df, ctx) -> (rows, dropped)
+MAPPERS = {
+    "gemm_perf": gemm,
+    "moe_perf": lambda df, ctx: moe(df, ctx, "fused"),
+    "wideep_generation_moe_perf": lambda df, ctx: moe(df, ctx, "masked"),
+    "wideep_context_moe_perf": lambda df, ctx: moe(df, ctx, "contiguous"),
+    "generation_mla_perf": lambda df, ctx: mla(df, ctx, "generation"),
+    "context_mla_perf": lambda df, ctx: mla(df, ctx, "context"),
+    "wideep_generation_mla_perf": lambda df, ctx: mla(df, ctx, "generation", module=True),
+    "wideep_context_mla_perf": lambda df, ctx: mla(df, ctx, "context", module=True),
+    "mla_generation_module_perf": lambda df, ctx: mla(df, ctx, "generation", module=True),
+    "mla_context_module_perf": lambda df, ctx: mla(df, ctx, "context", module=True),
+    "context_attention_perf": lambda df, ctx: attention(df, ctx, "context"),
+    "generation_attention_perf": lambda df, ctx: attention(df, ctx, "generation"),
+    "mla_bmm_perf": bmm,
+    "scale_matrix_perf": quant,
+    "computescale_perf": quant,
+    "wideep_deepep_ll_perf": deepep_ll,
+    "wideep_deepep_normal_perf": deepep_normal,
+    "moe_a2a_perf": moe_a2a,
+    "nccl_perf": nccl,
+    "custom_allreduce_perf": custom_allreduce,
+}
