@@ -1,4 +1,5 @@
-"""`moesim calibrate {run,fit,show,derive,import}`: time kernels, fit profiles, show them, derive siblings, import tables.
+"""`moesim calibrate {run,fit,show,derive,import,compare}`: time kernels, fit profiles, show them, derive
+siblings, import tables, compare two sources of one GPU.
 
 Mounted by moesim.cli as the `calibrate` sub-app. Module import stays light (typer, yaml); numpy,
 torch, scipy and pandas load inside the commands. The work is in moesim.calibration (runners,
@@ -14,6 +15,7 @@ from pathlib import Path
 import typer
 
 from moesim.calibration.runners import backends as B
+from moesim.calibration.runners.harness import SHAPE_PRESETS
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.errors import CalibrationError
 from moesim.specs.loader import data_root
@@ -53,8 +55,14 @@ def run_kernel(
     repeats=None,
     threads: int | None = None,
     echo=print,
+    strict: bool = False,
+    preset: str | None = None,
 ):
     """Python entry point of `calibrate run`: returns the RunResult, or None when skipped.
+
+    strict: the wanted backend (--backend, or the kernel's best on the device) must import, else
+    CalibrationError (the CLI exits non-zero); without it a missing library runs the torch
+    fallback (rows carry backend torch). preset: default | quick | engine (the shapes SGLang runs).
 
     threads: CPU only, torch intra-op threads for the run (recorded in the `sms` column). One thread
     is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
@@ -62,11 +70,13 @@ def run_kernel(
     """
     if kernel not in B.KERNELS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
+    if preset not in (None, *SHAPE_PRESETS):
+        raise CalibrationError(f"--shapes: {preset!r}; allowed: {', '.join(SHAPE_PRESETS)}")
     if kernel == "deepep":
-        return _run_deepep(backend, quick, out, echo)
+        return _run_deepep(backend, quick, out, echo, strict)
     dev = B.resolve_device(device)
     try:
-        b = B.choose_backend(kernel, backend, dev)
+        b = B.choose_backend(kernel, backend, dev, strict=strict, echo=echo)
     except B.Skipped as e:
         echo(str(e))
         return None
@@ -85,6 +95,7 @@ def run_kernel(
         Path(out),
         quick=quick,
         shapes=shapes,
+        preset=preset,
         machine=machine,
         progress=progress,
         warmup=warmup,
@@ -97,18 +108,15 @@ def run_kernel(
     return res
 
 
-def _run_deepep(backend, quick, out, echo):  # pragma: no cover - needs GPUs
+def _run_deepep(backend, quick, out, echo, strict=False):
     b = backend or "deep_ep"
     if b not in B.BACKENDS["deepep"]:
         raise CalibrationError(f"--backend {b!r} is not available for deepep; allowed: deep_ep, nccl")
-    if not B.library("torch").available:
-        echo("skipped: torch not importable")
-        return None
-    if b == "deep_ep" and not B.library("deep_ep").available:
-        echo("skipped: deep_ep not importable")
-        return None
-    if not B.cuda_available():
-        echo("skipped: no CUDA device visible to torch")
+    why = B.unavailable(b, "cuda")
+    if why and strict:
+        raise CalibrationError(f"--strict: deepep backend {b}: {why}")
+    if why:
+        echo(f"skipped: {why}")
         return None
     from moesim.calibration.runners import deepep  # lazy: torch.distributed, only for a deepep run
 
@@ -138,9 +146,16 @@ def run_cmd(
         None, "--out", help="CSV to append to (default: calibration/measurements/<gpu>/<kernel>.csv)"
     ),
     threads: int | None = typer.Option(None, "--threads", help="CPU only: torch threads (default: torch's)"),
+    shapes: str = typer.Option(
+        "default", "--shapes", help="default | quick | engine (the shapes SGLang runs for DeepSeek-V3)"
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="exit non-zero when the wanted library does not import (no torch fallback)"
+    ),
 ):
     """Time one kernel family over DeepSeek-V3 shapes; re-running resumes where it stopped."""
-    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo)
+    preset = "quick" if quick and shapes == "default" else shapes
+    run_kernel(kernel, backend, device, quick, out, threads=threads, echo=typer.echo, strict=strict, preset=preset)
 
 
 @app.command("fit")
@@ -284,3 +299,47 @@ def import_published_cmd(
     root = out_dir or data_root() / "calibration" / "measurements"
     for path, n in extract(reference, root).items():
         typer.echo(f"{path}: {n} rows")
+
+
+@app.command("compare")
+def compare_cmd(
+    rows: list[Path] = typer.Argument(..., help="measurement CSVs (.csv / .csv.gz) or folders: source A"),
+    against: list[Path] = typer.Option(
+        ...,
+        "--against",
+        help="CSVs or folders of source B, same GPU (repeatable), e.g. calibration/measurements/h200/sglang",
+    ),
+    tolerance: float = typer.Option(
+        0.10, "--tolerance", help="nearest shape: every size within this relative distance"
+    ),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+):
+    """Two sources, one GPU: per kernel family, median / p90 of A/B - 1 over matched shapes."""
+    from moesim.calibration.compare import compare  # lazy: numpy (CLI start-up time)
+
+    res = compare(rows, against, tolerance)
+    if json_out:
+        from moesim.report.writer import json_text  # lazy: the JSON writer only for --json
+
+        typer.echo(json_text(res))
+        return
+    print_compare(res)
+
+
+def print_compare(res: dict) -> None:
+    from rich.console import Console  # lazy: rich tables only when printing (start-up time)
+    from rich.table import Table
+
+    t = Table(title=f"A vs B per family (A/B - 1; shapes matched exactly or within {res['tolerance']:.0%})")
+    for c in ("family", "matched", "exact", "unmatched A", "median %", "p10 %", "p90 %", "p90 |.| %"):
+        t.add_column(c, justify="left" if c == "family" else "right")
+    for f in res["families"]:
+        pct = [_pct(None if f[k] is None else 100 * f[k]) for k in ("median", "p10", "p90", "p90_abs")]
+        t.add_row(f["family"], str(f["count"]), str(f["exact"]), str(f["unmatched"]), *pct)
+    con = Console()
+    con = Console(width=max(con.width, 150))  # family names are long: no truncation in a pipe (80 columns)
+    con.print(t)
+    con.print(
+        f"A: {res['a_rows']} rows ({res['a_left_out']} left out: excluded or no time) from {len(res['a'])} files; "
+        f"B: {res['b_rows']} rows ({res['b_left_out']} left out) from {len(res['b'])} files"
+    )

@@ -4,7 +4,8 @@ runner of each kind of case is in `moesim.analyses.validate.runners` (a table).
 
 Case keys: id, source, class (kernel | layer | system | economics; inferred when absent), config
 (estimate arguments; `same_as: <id>` + `set: {dotted: value}` derive from another case),
-kernel (for `moesim kernel` cases: op + shape flags), inputs (economics / capacity), expect,
+kernel (for `moesim kernel` cases: op + shape flags), kernel_rows (published rows of a measurement
+CSV priced by `moesim kernel`: moesim.analyses.validate.kernel_rows), inputs (economics / capacity), expect,
 expect_us (layer breakdowns), tolerance (relative) — see validation/*.yaml.
 """
 
@@ -60,7 +61,7 @@ def _check_case(p, c):
     cid = c["id"]
     if not isinstance(cid, (str, int)) or isinstance(cid, bool):
         raise SpecError(f"{p}: id: {cid!r}; allowed a text or integer id")
-    for key in ("config", "inputs", "expect", "expect_us", "kernel"):
+    for key in ("config", "inputs", "expect", "expect_us", "kernel", "kernel_rows"):
         if c.get(key) is not None and not isinstance(c[key], dict):
             raise SpecError(f"{p}: {cid}: {key}: expected a mapping, got {type(c[key]).__name__}")
     if "tolerance" in c:

@@ -1,6 +1,7 @@
 """One runner per kind of validation case, registered in `RUNNERS` (kind -> runner, default
 class). `case_kind` reads a case's kind from its keys (first match, in this order): economics of
-a fleet (`inputs.average_nodes`), capacity plan (`inputs`), kernel (`kernel`), layer breakdown
+a fleet (`inputs.average_nodes`), capacity plan (`inputs`), published rows of a measurement CSV
+(`kernel_rows`), kernel (`kernel`), layer breakdown
 (`expect_us`), micro-batching speed-up (`expect.speedup_at_batch_<B>`), Pareto ratio
 (`expect.throughput_ratio_...`), largest batch at an SLO (`config.min_tokens_per_s_per_user`),
 else a plain estimate. Adding a kind = one runner + one table row.
@@ -23,6 +24,7 @@ from moesim.analyses.validate.common import (
     result_value,
     run_estimate,
 )
+from moesim.analyses.validate.kernel_rows import run_kernel_rows
 from moesim.analyses.validate.pareto_case import pareto_ratio
 from moesim.engine.pricing import load_profile_for, resolve_specs
 from moesim.enums import DEFAULT_ENGINE
@@ -214,6 +216,7 @@ RUNNERS = {
     "economics": (run_economics, "economics"),
     "capacity": (run_capacity, "system"),
     "kernel": (run_kernel, "kernel"),
+    "kernel_rows": (run_kernel_rows, "kernel"),
     "layer_breakdown": (run_layer_breakdown, "layer"),
     "speedup": (run_speedup, "layer"),
     "pareto_ratio": (run_pareto_ratio, "system"),
@@ -230,6 +233,8 @@ def case_kind(case, by_id) -> str:
         return "economics"
     if inputs:
         return "capacity"
+    if "kernel_rows" in case:
+        return "kernel_rows"
     if "kernel" in case:
         return "kernel"
     cfg = case_config(case, by_id)
@@ -250,7 +255,7 @@ def with_engine(case: dict, engine) -> dict:
     if engine is None:
         return case
     out = dict(case)
-    for sec in ("config", "kernel", "inputs"):
+    for sec in ("config", "kernel", "kernel_rows", "inputs"):
         if isinstance(case.get(sec), dict) and "same_as" not in case[sec]:
             out[sec] = {"engine": str(engine), **case[sec]}
     return out

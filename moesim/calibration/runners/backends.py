@@ -83,37 +83,48 @@ def resolve_device(device: str | None) -> str:
     return d
 
 
-def choose_backend(kernel: str, backend: str | None, device: str) -> str:
-    """The backend to run, or raise Skipped with the one-line reason."""
+def unavailable(b: str, device: str) -> str:
+    """Why backend `b` cannot run on `device` here ('' when it can)."""
+    if not library("torch").available:
+        return f"torch not importable ({library('torch').reason})"
+    lib = LIBRARY[b]
+    if lib != "torch" and not library(lib).available:
+        return f"{lib} not importable ({library(lib).reason})"
+    if device == "cuda" and not cuda_available():
+        return "no CUDA device visible to torch"
+    return ""
+
+
+def choose_backend(kernel: str, backend: str | None, device: str, strict: bool = False, echo=None) -> str:
+    """The backend to run, or raise Skipped with the one-line reason.
+
+    The wanted backend is --backend, or the kernel's best one (first of BACKENDS that runs on the
+    device: the vendor library on CUDA). When its library does not import: strict -> raise
+    CalibrationError (the CLI exits non-zero); otherwise say so through `echo` and run the torch
+    fallback, whose rows carry backend torch. A GPU-only backend asked for on the CPU is skipped."""
     if kernel not in BACKENDS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(KERNELS)}}}")
     allowed = BACKENDS[kernel]
-    if backend not in (None, "", "auto"):
-        if backend not in allowed:
-            raise CalibrationError(
-                f"--backend {backend!r} is not available for {kernel}; allowed: {', '.join(allowed)}"
-            )
-        candidates = [backend]
-    else:
-        candidates = list(allowed)
-    reasons = []
-    for b in candidates:
-        lib = LIBRARY[b]
-        if not library("torch").available:
-            reasons.append("torch")
-            continue
-        if lib != "torch" and not library(lib).available:
-            reasons.append(lib)
-            continue
-        if b in GPU_ONLY and device != "cuda":
-            if backend in (None, "", "auto"):
-                continue
-            raise Skipped(f"skipped: {b} needs a CUDA device (got --device {device})")
-        if device == "cuda" and not cuda_available():
-            raise Skipped("skipped: no CUDA device visible to torch")
-        return b
-    lib = reasons[0] if reasons else LIBRARY[candidates[0]]
-    raise Skipped(f"skipped: {lib} not importable")
+    auto = backend in (None, "", "auto")
+    if not auto and backend not in allowed:
+        raise CalibrationError(f"--backend {backend!r} is not available for {kernel}; allowed: {', '.join(allowed)}")
+    if not auto and backend in GPU_ONLY and device != "cuda":
+        why = f"{backend} needs a CUDA device (got --device {device})"
+        if strict:
+            raise CalibrationError(f"--strict: {kernel} backend {why}")
+        raise Skipped(f"skipped: {why}")
+    wanted = backend if not auto else next(b for b in allowed if device == "cuda" or b not in GPU_ONLY)
+    why = unavailable(wanted, device)
+    if not why:
+        return wanted
+    if strict:
+        raise CalibrationError(f"--strict: {kernel} backend {wanted}: {why}")
+    fallback = "torch" if "torch" in allowed else None
+    if fallback is None or fallback == wanted or unavailable(fallback, device):
+        raise Skipped(f"skipped: {why}")
+    if echo is not None:
+        echo(f"{kernel}: {wanted} unavailable ({why}); running the torch fallback (rows carry backend torch)")
+    return fallback
 
 
 def _driver_version() -> str:

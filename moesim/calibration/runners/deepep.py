@@ -22,11 +22,13 @@ import sys
 from pathlib import Path
 
 from moesim.calibration.records import append_rows_atomic, done_keys, row_key
+from moesim.calibration.runners import apis
 from moesim.calibration.runners.backends import machine_info
 from moesim.errors import CalibrationError
 from moesim.workload.comm import a2a_copies, combine_bytes_per_token, dispatch_bytes_per_token
 
 HIDDEN, TOPK, EXPERTS = 7168, 8, 256
+DEFAULT_SMS = 20  # DeepEP's Buffer.num_sms default, which SGLang keeps unless --deepep-config sets it
 LL_TOKENS = [1, 8, 32, 64, 128, 256]
 NORMAL_TOKENS = [512, 1024, 2048, 4096, 8192]
 NCCL_BYTES = [64 * 1024, 1024 * 1024, 16 * 1024 * 1024, 256 * 1024 * 1024]
@@ -110,19 +112,24 @@ def _deep_ep_fn(shape, group, device):  # pragma: no cover - multi-GPU with Deep
     import torch  # lazy: torch is optional; only a run on this backend needs it
 
     ep, t = shape["ep"], shape["tokens"]
+    Buffer = apis.deep_ep_buffer(deep_ep)
+    idx_dtype = apis.deep_ep_index_dtype(deep_ep, torch)
     x = torch.randn(t, HIDDEN, device=device, dtype=torch.bfloat16)
     if shape["mode"] == "ll":
         idx, w = _routing(t, ep, shape["gpus_per_node"], None, device)
-        rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(t, HIDDEN, ep, EXPERTS)
-        buf = deep_ep.Buffer(group, 0, rdma, low_latency_mode=True, num_qps_per_rank=max(EXPERTS // ep, 1))
+        idx = idx.to(idx_dtype)
+        rdma = Buffer.get_low_latency_rdma_size_hint(t, HIDDEN, ep, EXPERTS)
+        buf = Buffer(group, 0, rdma, low_latency_mode=True, num_qps_per_rank=max(EXPERTS // ep, 1))
         if shape["op"] == "dispatch":
             return lambda: buf.low_latency_dispatch(x, idx, t, EXPERTS, use_fp8=True), buf
         recv, _, handle, _, _ = buf.low_latency_dispatch(x, idx, t, EXPERTS, use_fp8=False)
         y = recv if not isinstance(recv, tuple) else recv[0]
         return lambda: buf.low_latency_combine(y, idx, w, handle), buf
     idx, w = _routing(t, ep, shape["gpus_per_node"], shape.get("topk_groups"), device)
+    idx = idx.to(idx_dtype)
     internode = ep > shape["gpus_per_node"]
-    buf = deep_ep.Buffer(group, int(2e9), int(1e9) if internode else 0)
+    Buffer.set_num_sms(int(shape.get("sms") or DEFAULT_SMS))  # SMs the normal kernels may use (even)
+    buf = Buffer(group, int(2e9), int(1e9) if internode else 0)
     per_rank, per_rdma, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, EXPERTS)
     args = dict(
         topk_idx=idx,
@@ -171,6 +178,7 @@ def main(argv=None) -> int:  # pragma: no cover - runs under torchrun on GPUs
     ap.add_argument("--out", required=True)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--sms", type=int, default=DEFAULT_SMS, help="SMs for DeepEP's normal kernels (even)")
     a = ap.parse_args(argv)
     import torch  # lazy: torch is optional; only a run on this backend needs it
     import torch.distributed as dist  # lazy: torch is optional; only a deepep/nccl run needs it
@@ -187,6 +195,8 @@ def main(argv=None) -> int:  # pragma: no cover - runs under torchrun on GPUs
     done = done_keys(out) if dist.get_rank() == 0 else set()
     flag = torch.zeros(1, device="cuda")
     for shape in shapes(a.quick, a.backend, ep, gpn):
+        if shape.get("mode") == "normal":
+            shape["sms"] = a.sms
         row = {
             "kernel": _kernel_of(shape, a.backend),
             "backend": a.backend,

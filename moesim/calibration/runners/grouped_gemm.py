@@ -1,4 +1,5 @@
-"""Grouped (MoE expert) GEMM runner: DeepGEMM m_grouped_gemm_fp8_fp8_bf16_nt_contiguous / _masked,
+"""Grouped (MoE expert) GEMM runner: DeepGEMM m_grouped_fp8_gemm_nt_contiguous / _masked (v1 names
+m_grouped_gemm_fp8_fp8_bf16_nt_*: see apis),
 or torch (masked = bmm over padded groups; contiguous = a loop of matmuls over the groups).
 
 DeepSeek-V3 expert shapes (moe_intermediate 2048, hidden 7168, no TP): gate+up (n=4096, k=7168) and
@@ -8,6 +9,8 @@ masked layout (small m, many groups), prefill the contiguous layout (large m).
 
 from __future__ import annotations
 
+from moesim.calibration.runners import apis
+from moesim.calibration.runners.gemm import fp8_block_inputs
 from moesim.calibration.runners.harness import KernelSpec
 from moesim.perf.efficiency import dtype_bytes, gemm_work, out_bytes_for
 
@@ -17,6 +20,30 @@ MASKED_M = [1, 8, 32, 64, 128, 256, 512]
 CONTIG_GROUPS = [4, 8, 16, 32]
 CONTIG_M = [128, 512, 1024, 2048, 4096, 8192]
 MAX_TOKEN_PAIRS = 131072  # tokens x top-8 landing on one rank in a 16K-token prefill batch
+
+
+# --shapes engine: SGLang's DeepSeek-V3 MoE under DeepEP at EP 8..256 (256 routed experts, top-8, no
+# MoE TP): local experts g = 256 / EP; a rank holding T tokens sends T x 8 copies, so an expert gets
+# m = T x EP x 8 / 256 tokens on average. Decode (masked layout, DeepEP low-latency): T = 1..256 per
+# rank; prefill (contiguous layout, DeepEP normal): 1K..16K-token chunks per rank.
+ENGINE_EP = [8, 16, 32, 64, 128, 256]
+ENGINE_DECODE_T = [1, 4, 16, 32, 64, 128, 256]
+ENGINE_PREFILL_T = [1024, 4096, 16384]
+EXPERTS, TOPK = 256, 8
+
+
+def engine_shapes(device: str, backend: str = "") -> list[dict]:
+    out = []
+    for n, k in NK:
+        masked = {(EXPERTS // ep, max(-(-t * ep * TOPK // EXPERTS), 1)) for ep in ENGINE_EP for t in ENGINE_DECODE_T}
+        contig = {(EXPERTS // ep, t * ep * TOPK // EXPERTS) for ep in ENGINE_EP for t in ENGINE_PREFILL_T}
+        out += [{"layout": "masked", "groups": g, "m": m, "n": n, "k": k} for g, m in sorted(masked)]
+        out += [
+            {"layout": "contiguous", "groups": g, "m": m, "n": n, "k": k}
+            for g, m in sorted(contig)
+            if g * m <= MAX_TOKEN_PAIRS
+        ]
+    return out
 
 
 def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
@@ -72,34 +99,21 @@ def build(shape: dict, backend: str, device: str):
     if backend == "deep_gemm":  # pragma: no cover - needs DeepGEMM on a Hopper GPU
         import deep_gemm  # lazy: optional GPU library, probed by backends.choose_backend
 
-        f8 = torch.float8_e4m3fn
-        kb, nb = (k + 127) // 128, (n + 127) // 128
-        b = torch.randn(g, n, k, device=device, dtype=torch.bfloat16).to(f8)
-        sb = torch.rand(g, nb, kb, device=device, dtype=torch.float32) + 0.5
-        align = (
-            deep_gemm.get_m_alignment_for_contiguous_layout()
-            if hasattr(deep_gemm, "get_m_alignment_for_contiguous_layout")
-            else 128
-        )
-        tma = getattr(deep_gemm, "get_col_major_tma_aligned_tensor", lambda t: t)
         if layout == "contiguous":
-            mp = -(-m // align) * align
-            a = torch.randn(g * mp, k, device=device, dtype=torch.bfloat16).to(f8)
-            sa = tma(torch.rand(g * mp, kb, device=device, dtype=torch.float32) + 0.5)
+            mp = -(-m // apis.deep_gemm_m_alignment(deep_gemm)) * apis.deep_gemm_m_alignment(deep_gemm)
+            (a, sa), rhs = fp8_block_inputs(deep_gemm, g * mp, n, k, device, groups=g)
+            lhs = (a, apis.deep_gemm_lhs_scales(deep_gemm, sa))
             out = torch.empty(g * mp, n, device=device, dtype=torch.bfloat16)
             idx = torch.arange(g, device=device, dtype=torch.int32).repeat_interleave(mp)
-            fn = (
-                getattr(deep_gemm, "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", None)
-                or deep_gemm.m_grouped_fp8_gemm_nt_contiguous
-            )
-            return lambda: fn((a, sa), (b, sb), out, idx)
+            fn = apis.deep_gemm_grouped(deep_gemm, "contiguous")
+            return lambda: fn(lhs, rhs, out, idx)
         m_max = max(-(-m // 64) * 64, 64)
-        a = torch.randn(g, m_max, k, device=device, dtype=torch.bfloat16).to(f8)
-        sa = tma(torch.rand(g, m_max, kb, device=device, dtype=torch.float32) + 0.5)
+        (a, sa), rhs = fp8_block_inputs(deep_gemm, g * m_max, n, k, device, groups=g)
+        lhs = (a.view(g, m_max, k), apis.deep_gemm_lhs_scales(deep_gemm, sa.view(g, m_max, -1)))
         out = torch.empty(g, m_max, n, device=device, dtype=torch.bfloat16)
         masked_m = torch.full((g,), m, device=device, dtype=torch.int32)
-        fn = getattr(deep_gemm, "m_grouped_gemm_fp8_fp8_bf16_nt_masked", None) or deep_gemm.m_grouped_fp8_gemm_nt_masked
-        return lambda: fn((a, sa), (b, sb), out, masked_m, m)
+        fn = apis.deep_gemm_grouped(deep_gemm, "masked")
+        return lambda: fn(lhs, rhs, out, masked_m, m)
     tdt = torch.float32 if device == "cpu" else torch.bfloat16
     b = torch.randn(g, n, k, device=device, dtype=tdt)
     bt = b.transpose(1, 2)
@@ -118,4 +132,12 @@ def build(shape: dict, backend: str, device: str):
     return run
 
 
-SPEC = KernelSpec(kernel="grouped_gemm", shapes=shapes, build=build, work=work, dtype=dtype_for, note=note)
+SPEC = KernelSpec(
+    kernel="grouped_gemm",
+    shapes=shapes,
+    build=build,
+    work=work,
+    dtype=dtype_for,
+    note=note,
+    engine_shapes=engine_shapes,
+)

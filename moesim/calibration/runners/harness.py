@@ -21,6 +21,7 @@ from pathlib import Path
 
 from moesim.calibration.records import SHAPE_COLUMNS, append_rows_atomic, done_keys, row_key
 from moesim.calibration.runners.backends import machine_info
+from moesim.errors import CalibrationError
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -35,6 +36,20 @@ class KernelSpec:
     work: Callable[[dict, str], tuple] | None = None  # (shape, dtype) -> (flops, bytes) for tflops / GBps
     dtype: Callable[[str, str], str] = lambda backend, device: ""  # (backend, device) -> dtype label
     note: Callable[[dict, str, str], str] = lambda shape, backend, device: ""
+    # (device, backend) -> the shapes an engine (SGLang serving DeepSeek-V3) runs; None: the full set
+    engine_shapes: Callable[[str, str], list[dict]] | None = None
+
+
+SHAPE_PRESETS = ("default", "quick", "engine")
+
+
+def preset_shapes(spec: KernelSpec, preset: str, device: str, backend: str) -> list[dict]:
+    """The shapes of a --shapes preset: default (the runner's full set), quick, engine."""
+    if preset not in SHAPE_PRESETS:
+        raise CalibrationError(f"--shapes: {preset!r}; allowed: {', '.join(SHAPE_PRESETS)}")
+    if preset == "engine" and spec.engine_shapes is not None:
+        return spec.engine_shapes(device, backend)
+    return spec.shapes(preset == "quick", device, backend)
 
 
 @dataclass
@@ -156,6 +171,7 @@ def run_kernel(
     *,
     quick: bool = False,
     shapes: Iterable[dict] | None = None,
+    preset: str | None = None,
     machine: dict | None = None,
     warmup: int | None = None,
     repeats: int | None = None,
@@ -167,15 +183,17 @@ def run_kernel(
     out = Path(out)
     if machine is None:
         machine = machine_info(device, backend)
+    preset = preset or ("quick" if quick else "default")
+    quick = preset == "quick"
     warmup = warmup if warmup is not None else (2 if quick else 5)
     repeats = repeats if repeats is not None else (5 if quick else 20) if device == "cpu" else (10 if quick else 30)
     timing = (warmup, repeats, timer or default_timer(device))
-    todo = list(shapes) if shapes is not None else spec.shapes(quick, device, backend)
+    todo = list(shapes) if shapes is not None else preset_shapes(spec, preset, device, backend)
     pending, skipped = _pending(spec, backend, device, out, todo, machine)
     result = RunResult(out, 0, skipped)
     label = (
         f"local run: moesim calibrate run {spec.kernel} --backend {backend} --device {device}"
-        f"{' --quick' if quick else ''} ({machine.get('gpu', '')})"
+        f"{'' if preset == 'default' else ' --shapes ' + preset} ({machine.get('gpu', '')})"
     )
     prog, task = _progress(spec, backend, device, len(pending), console) if progress and pending else (None, None)
     try:

@@ -1,4 +1,5 @@
-"""MLA decode attention runner: FlashMLA (get_mla_metadata + flash_mla_with_kvcache) or a torch
+"""MLA decode attention runner: FlashMLA (get_mla_metadata + flash_mla_with_kvcache, old and new
+scheduler-metadata interfaces: see apis) or a torch
 implementation of absorbed MLA decode over a latent KV cache.
 
 DeepSeek-V3 geometry: K = 576 (512 latent + 64 RoPE), V = 512; heads 128 (DP attention, no TP) or
@@ -19,6 +20,22 @@ BATCH = [1, 4, 16, 32, 64, 128]
 CONTEXT = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 MAX_KV_TOKENS = 2 * 1024 * 1024  # batch x context: 2M tokens = 2.4 GB of BF16 latent cache
 BLOCK = 64
+
+
+# --shapes engine: SGLang decode of DeepSeek-V3 with FlashMLA: 128 heads (DP attention) or 16 (TP 8),
+# q_len 1 or 2 (one MTP draft), 1..256 requests per rank, KV 512..32K tokens
+ENGINE_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def engine_shapes(device: str, backend: str = "") -> list[dict]:
+    return [
+        {"heads": h, "q_len": s, "batch": b, "context": c}
+        for h in HEADS
+        for s in Q_LEN
+        for b in ENGINE_BATCH
+        for c in CONTEXT
+        if b * c <= MAX_KV_TOKENS
+    ]
 
 
 def shapes(quick: bool, device: str, backend: str = "") -> list[dict]:
@@ -96,6 +113,7 @@ SPEC = KernelSpec(
     build=build,
     work=work,
     dtype=dtype_for,
+    engine_shapes=engine_shapes,
     note=lambda shape, backend, device: (
         "FlashMLA paged BF16 cache, block 64, causal"
         if backend == "flash_mla"
