@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from moesim.enums import Engine
-from moesim.errors import CalibrationError, SpecError
+from moesim.errors import CalibrationError
 from moesim.perf import attention_eff as A
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, collective_terms, deepep_ll_sms, deepep_v2_terms
@@ -36,8 +36,9 @@ from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
+from moesim.perf.profile.variants import _measured_nominal, pick_variant
 from moesim.perf.profile.work import kernel_work, model_time, peak_flops
-from moesim.specs.loader import data_root, load_hardware, read_text, yaml_problem
+from moesim.specs.loader import data_root, read_text, yaml_problem
 
 
 def _norm_gpu(name) -> str:
@@ -120,34 +121,6 @@ def load_profile(hardware, path=None, force: bool = False, engine=None) -> Profi
             "use that GPU's profile, re-fit, or force it (--force-profile / force=True)"
         )
     return Profile(data, hardware=hardware, path=path)
-
-
-def _base_dtype(d) -> str:
-    d = str(d or "").lower()
-    return {"fp8_block": "fp8", "bfloat16": "bf16"}.get(d, d)
-
-
-def pick_variant(e: dict, dtype: str, layout=None) -> dict:
-    """The entry's variant (waves_v1 / stream_v1 fits per layout, dtype, backend) for a priced dtype
-    and layout: the first listed (preferred) one whose dtype matches (fp8 = fp8_block) and, where
-    the shape names one scalar layout, whose layout matches; the entry itself when none does."""
-    lay = layout if isinstance(layout, str) else None
-    for v in e.get("variants") or []:
-        if _base_dtype(v.get("dtype")) == _base_dtype(dtype) and (lay is None or v.get("layout") in (None, lay)):
-            return v
-    return e
-
-
-def _measured_nominal(entry: dict, data: dict) -> dict:
-    """{"rdma": Bps, "nvlink": Bps}: nominal links of the GPU an entry's rows were measured on."""
-    nom = entry.get("nominal")
-    if isinstance(nom, dict) and nom.get("rdma_GBps"):
-        return {"rdma": float(nom["rdma_GBps"]) * 1e9, "nvlink": float(nom.get("nvlink_GBps") or 0) * 1e9}
-    try:  # the measuring GPU's spec (an entry inherited from another GPU names it in `gpu`)
-        hw = load_hardware(str(entry.get("gpu") or data["gpu"]))
-        return {"rdma": hw.rdma_Bps(False), "nvlink": hw.nvlink_Bps(False)}
-    except SpecError:
-        return S.roofline_from_yaml(data.get("roofline") or {})["nominal"]
 
 
 class Profile:

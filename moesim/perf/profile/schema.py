@@ -309,11 +309,13 @@ def _validate_kernel(c: _Checker, fam: str, e) -> None:
         variants = [dict(v, _name=k) if isinstance(v, dict) else v for k, v in variants.items()]
     if not isinstance(variants, list):
         c.fail(f"kernels.{fam}.variants: must be a list or mapping of {{params, ...}}")
-    for i, v in enumerate(variants):  # one fit per (layout, dtype, backend); same model as the entry
+    names = [f"kernels.{fam}.variants" + (f".{v['_name']}" if isinstance(v, dict) and "_name" in v else f"[{i}]")
+             for i, v in enumerate(variants)]  # fmt: skip
+    for name, v in zip(names, variants):  # one fit per (layout, dtype, backend); same model as the entry
         if not isinstance(v, dict) or not isinstance(v.get("params"), dict):
-            c.fail(f"kernels.{fam}.variants[{i}]: needs `params`")
-        c.fields(f"kernels.{fam}.variants[{i}].params", v["params"], PARAMS[e["model"]])
-    for where, v in [(f"kernels.{fam}", e)] + [(f"kernels.{fam}.variants[{i}]", v) for i, v in enumerate(variants)]:
+            c.fail(f"{name}: needs `params`")
+        c.fields(f"{name}.params", v["params"], PARAMS[e["model"]])
+    for where, v in [(f"kernels.{fam}", e)] + list(zip(names, variants)):
         if v.get("residual") is not None:
             _validate_residual(c, f"{where}.residual", v["residual"])
     meas = e.get("measurements")
