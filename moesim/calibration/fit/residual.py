@@ -130,22 +130,27 @@ def attach(entry: dict, key: str, axes, points: np.ndarray, logr: np.ndarray) ->
     entry["residual"] = {"key": key, "axes": list(axes), "points": len(model.logr), "_data": model}
 
 
+def _entries(profile: dict):
+    """Every kernel entry of a profile and its variants (a list, waves_v1, or a mapping, mla_v2)."""
+    for e in (profile.get("kernels") or {}).values():
+        vs = e.get("variants") or []
+        yield from [e, *(vs.values() if isinstance(vs, dict) else vs)]
+
+
 def collect(profile: dict) -> dict:
     """{key: (points, logr)} of every in-memory residual block of a profile's kernel entries."""
     out = {}
-    for e in (profile.get("kernels") or {}).values():
-        for v in [e, *(e.get("variants") or [])]:
-            b = v.get("residual")
-            if b and b.get("_data") is not None:
-                out[b["key"]] = (b["_data"].points, b["_data"].logr)
+    for v in _entries(profile):
+        b = v.get("residual")
+        if b and b.get("_data") is not None:
+            out[b["key"]] = (b["_data"].points, b["_data"].logr)
     return out
 
 
 def finalize(profile: dict, file_name: str, sha: str) -> None:
     """Point every residual block at the written side-car file (drops the in-memory arrays)."""
-    for e in (profile.get("kernels") or {}).values():
-        for v in [e, *(e.get("variants") or [])]:
-            b = v.get("residual")
-            if b:
-                b.pop("_data", None)
-                b.update(file=file_name, sha256=sha)
+    for v in _entries(profile):
+        b = v.get("residual")
+        if b:
+            b.pop("_data", None)
+            b.update(file=file_name, sha256=sha)

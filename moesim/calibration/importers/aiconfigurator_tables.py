@@ -165,6 +165,7 @@ def quant(df, ctx):
     out["time_s"] = seconds(d["latency"], 1e-3)
     zero = out["time_s"].to_numpy(dtype=float) <= 0
     out.loc[zero, "exclude"] = "zero latency recorded (scale computation fused into the quant kernel)"
+    out.loc[zero, "time_s"] = np.nan  # a time is > 0 or absent (moesim.calibration.fit.data); the 0 is in `exclude`
     return out, {}
 
 
