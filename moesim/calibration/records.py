@@ -12,12 +12,11 @@ import csv
 import gzip
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from moesim.errors import CalibrationError
+from moesim.fsio import atomic_write_bytes
 from moesim.specs.loader import read_text
 
 # The numeric shape of a kernel configuration (sizes, counts, bytes); empty where it does not apply.
@@ -133,19 +132,6 @@ def _render(rows: Iterable[Mapping], header: bool) -> str:
     return buf.getvalue()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` via a temp file in the same folder + os.replace (all or nothing).
 
@@ -155,26 +141,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     if is_gzip(path):
         data = gzip.compress(data, compresslevel=9, mtime=0)
     atomic_write_bytes(Path(path), data)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same folder + os.replace (all or nothing)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 def append_rows_atomic(path: Path, rows: list[Mapping]) -> None:

@@ -6,12 +6,11 @@ An OSError becomes one ConfigError line naming the flag and what is allowed."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from moesim.errors import ConfigError
+from moesim.fsio import atomic_write_via
 from moesim.units import jsonable
 
 FRAME_SUFFIXES = (".csv", ".parquet", ".json")
@@ -27,33 +26,15 @@ def json_text(obj, *, indent: int | None = 2, clean: bool = True) -> str:
     return json.dumps(obj, indent=indent, default=str)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", allowed: str) -> Path:
-    """Call ``write(tmp)`` on a temporary path beside ``out`` (same suffix: writers that infer the
-    format from it see the target's), then move it onto ``out``."""
-    out = Path(out)
-    tmp = None
+    """``write(tmp)`` beside ``out``, then moved onto it (moesim.fsio.atomic_write_via); an OSError
+    becomes one ConfigError line naming the flag and what is allowed."""
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
-        os.close(fd)
-        tmp = Path(name)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would honour the umask
-        write(tmp)
-        os.replace(tmp, out)
-        tmp = None
+        return atomic_write_via(out, write)
     except OSError as e:
         raise ConfigError(
             f"{flag}: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable {allowed}"
         ) from None
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-    return out
 
 
 def write_text(text: str, out, *, flag: str = "--out", allowed: str = "file path") -> Path:

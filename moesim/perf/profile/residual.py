@@ -28,11 +28,13 @@ count and the file's sha256 (first 16 hex digits). Numpy only: nothing here impo
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
 
 from moesim.errors import CalibrationError
+from moesim.fsio import atomic_write_bytes
 
 K_NEAREST = 12  # neighbours whose median residual is taken (chosen by leave-one-shape-out CV)
 EXACT = 1e-6  # normalized distance below which a query is the measured shape
@@ -153,10 +155,9 @@ def save_npz(path: Path, arrays: dict[str, tuple[np.ndarray, np.ndarray]]) -> st
     for key, (points, logr) in sorted(arrays.items()):
         flat[f"{key}.points"] = np.asarray(points, np.float64)
         flat[f"{key}.logr"] = np.asarray(logr, np.float64)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **flat)
-    tmp.replace(path)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **flat)
+    atomic_write_bytes(path, buf.getvalue())
     return file_sha(path)
 
 
