@@ -42,7 +42,7 @@ def test_engine_option_parses_and_is_echoed():
     p = run_cli("estimate", "--engine", "trtllm", "--json")
     assert p.returncode == 0, p.stderr
     cfg = json.loads(p.stdout)["config"]
-    assert cfg["engine"] == "trtllm" and cfg["profile"] == "calibration/profiles/h800.yaml"
+    assert cfg["engine"] == "trtllm" and cfg["profile"] == "calibration/profiles/h800.trtllm.yaml"
 
 
 @pytest.mark.parametrize("cmd", [["estimate"], ["kernel", "--op", "gemm", "--m", "64", "--n", "7168", "--k", "2048"]])
@@ -66,8 +66,8 @@ def test_sweep_and_plan_name_the_engine():
     df = moesim.sweep("deepseek-v3", "h800", axes={"ep": [8], "batch": [8]}, engine="trtllm")
     assert set(df["engine"]) == {"trtllm"}
     traffic = data_root() / "examples" / "traffic_deepseek_day.yaml"
-    d = moesim.plan(str(traffic), engine="vllm").to_dict()
-    assert d["engine"] == "vllm" and d["profile"].endswith("h800.yaml")
+    d = moesim.plan(str(traffic), engine="trtllm").to_dict()
+    assert d["engine"] == "trtllm" and d["profile"].endswith("h800.trtllm.yaml")
 
 
 # ---------------------------------------------------------------------------- resolution
@@ -269,3 +269,22 @@ def test_derive_leaves_entries_that_name_their_measuring_links_alone(h200_source
     d = derive_profile(data, load_hardware("h200"), load_hardware("h800"))
     assert d["comm"]["pplx"]["dispatch"]["params"] == e["params"]
     assert d["comm"]["pplx"]["combine"]["params"] != data["comm"]["pplx"]["combine"]["params"]  # knots rescaled
+
+
+# ---------------------------------------------------------------------------- the shipped engine profiles
+@pytest.mark.parametrize("engine", ["sglang", "trtllm", "vllm"])
+def test_shipped_engine_profiles_measured_on_h200_derived_for_h100_and_h800(engine):
+    """h200.<engine>.yaml is fitted on the imported H200 tables; h100_sxm / h800 are derived from it
+    and are what `--hardware h100_sxm --engine <engine>` prices with, residuals resolved."""
+    src = read_profile_file(PROFILES / f"h200.{engine}.yaml")
+    assert src["engine"] == engine and "aiconfigurator-core" in src["kernels"]["gemm"]["source"]
+    for sib in ("h100_sxm", "h800"):
+        assert profile_path_for(sib, engine) == PROFILES / f"{sib}.{engine}.yaml"
+        d = read_profile_file(PROFILES / f"{sib}.{engine}.yaml")
+        assert d["derived_from"] == "h200" and d["engine"] == engine
+        assert all(e["status"] == "derived" for e in d["kernels"].values())
+        hw = load_hardware(sib)
+        prof = load_profile(hw, engine=engine)
+        t = prof.kernel_time("gemm", m=64, n=7168, k=2048)  # a memory-bound FP8 GEMM: the target's HBM
+        t200 = load_profile(load_hardware("h200"), engine=engine).kernel_time("gemm", m=64, n=7168, k=2048)
+        assert t > t200  # 3.35 TB/s HBM against H200's 4.8

@@ -218,7 +218,10 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
     shape = dict(m=1024.0, n=4096.0, k=7168.0, groups=2.0, layout="masked")
     aligned = float(np.ravel(prof.kernel_time("grouped_gemm", **shape))[0])
     padded = float(np.ravel(prof.kernel_time("grouped_gemm", **shape, tile_pad=routed_tile_padding(1024.0)))[0])
-    assert aligned < padded < aligned * float(routed_tile_padding(1024.0))  # only the main loop's math pads
+    pad = float(routed_tile_padding(1024.0))
+    # waves_v1 (H200-derived profile): the padded rows of each group add whole M tiles, at most
+    # ceil(1024 pad / 128) / (1024 / 128) more tile work (9/8 here); never less than aligned
+    assert aligned < padded <= aligned * np.ceil(1024.0 * pad / 128.0) / (1024.0 / 128.0)
     assert g["bound"] == "compute"
     assert g["time_per_call_s"] == pytest.approx(padded + prof.launch_s, rel=1e-6)
     assert roof["experts_gate_up"]["flops"] == g["flops"]  # useful FLOPs are reported unpadded

@@ -10,8 +10,12 @@ What transfers and why (same SM architecture, same clocks, same tensor-core and 
 What comes from the target's hardware spec (hardware/<gpu>.yaml), read LIVE by the profile reader
 (moesim.perf.profile.reader): dense FLOP/s peaks, HBM bandwidth, SM count, NVLink and NIC bandwidth
 (comm bandwidths as fractions of the nominal link: `*_frac_nominal`).
-Raw measured tables (`measurements`, used by the `measured` cost mode) and residuals are the source
-GPU's own times and are dropped. Deriving across SM generations (Hopper sm90 -> Blackwell sm100) is
+Raw measured tables (`measurements`, used by the `measured` cost mode) are the source GPU's own
+times and are dropped. The measured residual ratios (`residual` blocks: measurement / physics at each
+measured shape, moesim.perf.profile.residual) transfer like the efficiencies: they are how far the
+kernel runs from its physics at a shape (tile configs, kernel switches), a property of the kernel and
+the SM, multiplied onto the TARGET's physics (its own peaks and bandwidths); the side-car file is the
+source's, next to the derived profile. Deriving across SM generations (Hopper sm90 -> Blackwell sm100) is
 refused unless forced: the efficiencies of another micro-architecture are not these.
 """
 
@@ -28,7 +32,7 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.specs.loader import load_hardware
 
-TRANSFERS = "efficiencies, fixed latencies (alpha, t0, launch), tile and wave constants"
+TRANSFERS = "efficiencies, fixed latencies (alpha, t0, launch), tile and wave constants, measured residual ratios"
 FROM_SPEC = "dense FLOP/s peaks, HBM bandwidth, SM count, NVLink and NIC bandwidth"
 DROPPED = ("residuals", "measurements")  # the source GPU's own times: not the target's
 
