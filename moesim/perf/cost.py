@@ -95,6 +95,8 @@ class CostModel:
                 # but computed whole (the efficiencies were fitted on tile-aligned shapes)
                 pad = E.routed_tile_padding(kshape["m"])
                 kshape = {**kshape, "tile_pad": pad}
+            if kshape and "dtype" not in kshape:  # the variant of the priced dtype (FP8 GEMM vs BF16 router)
+                kshape = {**kshape, "dtype": op.dtype.value}
             if self.profile is not None:
                 eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
                 if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
@@ -102,7 +104,7 @@ class CostModel:
                 if eff is not None:
                     ec, em = eff
                     prov = Provenance.FITTED.value
-                    launch = self.profile.launch_s
+                    launch = self.profile.launch_for(fam)
                 if self.mode == CostMode.MEASURED and op.shape:
                     measured = self.profile.measured_time(fam, **op.shape)
             if not self.cuda_graphs:  # eager mode: the host launches every kernel

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 import yaml
 
@@ -288,3 +289,46 @@ def test_shipped_engine_profiles_measured_on_h200_derived_for_h100_and_h800(engi
         t = prof.kernel_time("gemm", m=64, n=7168, k=2048)  # a memory-bound FP8 GEMM: the target's HBM
         t200 = load_profile(load_hardware("h200"), engine=engine).kernel_time("gemm", m=64, n=7168, k=2048)
         assert t > t200  # 3.35 TB/s HBM against H200's 4.8
+
+
+def test_a_variant_without_usable_rows_is_borrowed_from_the_reference_engine():
+    """vLLM's block-FP8 GEMM rows are host-bound (excluded): its profile prices FP8 GEMMs with the
+    same GPU's SGLang DeepGEMM variant, named as borrowed, its residual file resolved."""
+    from moesim.calibration.fit.profile import borrow_variants
+
+    mine = {"gemm": {"status": "fitted", "variants": [{"dtype": "bf16", "backend": "lin", "params": {}}]}}
+    donor = {"gpu": "h200", "engine": "sglang", "kernels": {"gemm": {"variants": [
+        {"dtype": "fp8_block", "backend": "dg", "params": {"a": 1}}, {"dtype": "bf16", "backend": "x", "params": {}}]}}}  # fmt: skip
+    notes: list = []
+    borrow_variants(mine, [donor], notes)
+    vs = mine["gemm"]["variants"]
+    assert [v["backend"] for v in vs] == ["lin", "dg"] and vs[1]["borrowed_from"] == "h200.sglang"
+    assert notes and "borrowed" in notes[0]
+    shipped = read_profile_file(PROFILES / "h200.vllm.yaml")["kernels"]["gemm"]["variants"]
+    fp8 = [v for v in shipped if v["dtype"] == "fp8_block"]
+    assert len(fp8) == 1 and fp8[0]["borrowed_from"] == "h200.sglang"
+    hw = load_hardware("h200")
+    t_v = load_profile(hw, engine="vllm").kernel_time("gemm", m=64, n=7168, k=2048, dtype="fp8")
+    t_s = load_profile(hw, engine="sglang").kernel_time("gemm", m=64, n=7168, k=2048, dtype="fp8")
+    assert float(t_v) == pytest.approx(float(t_s), rel=1e-9)  # the same DeepGEMM kernel, not the 80 us host time
+
+
+def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
+    """Entries fitted on measured call times (alpha holds the launch gap) get no extra launch; a BF16
+    op (the router) is priced with the BF16 variant, an FP8 GEMM with the FP8 one."""
+    from moesim.api import load_profile_for, resolve_specs
+    from moesim.enums import Dtype
+    from moesim.perf.cost import CostModel
+    from moesim.workload.ops import gemm as gemm_op
+
+    m, h = resolve_specs("deepseek-v3", "h200")
+    prof, _ = load_profile_for(h, "calibrated", engine="sglang")
+    assert prof.kernels["gemm"]["alpha_includes_launch"] and prof.launch_for("gemm") == 0.0
+    assert prof.launch_for("elementwise") == prof.launch_s > 0  # not fitted on call times
+    cm = CostModel(h, m, "calibrated", prof)
+    for dt, nbytes in ((Dtype.FP8, 1.0), (Dtype.BF16, 2.0)):
+        op = gemm_op("g", np.asarray([64.0]), 7168, 2048, w_bytes=nbytes, a_bytes=nbytes, dtype=dt)
+        t = float(np.ravel(cm.cost(op).time_s)[0])
+        assert t == pytest.approx(
+            float(prof.kernel_time("gemm", m=64.0, n=7168, k=2048, dtype=dt.value)), rel=2e-3
+        )  # op bytes include the block scales

@@ -238,3 +238,27 @@ def test_version_order():
     vs = ["1.3.0", "0.5.14", "1.3.0rc23", "0.5.6.post2", "0.5.9", "1.3.0rc10", "0.1.dev19262", "0.5.6"]
     assert sorted(vs, key=A.version_key) == [
         "0.1.dev19262", "0.5.6", "0.5.6.post2", "0.5.9", "0.5.14", "1.3.0rc10", "1.3.0rc23", "1.3.0"]  # fmt: skip
+
+
+def test_host_bound_gemm_groups_are_excluded_with_the_reason():
+    """A backend whose tiny GEMMs take > 20 us timed the host, not the kernel (vLLM's eager block-FP8
+    linear on H200: 55-160 us); the group is kept, excluded, and the other backends are untouched."""
+    import pandas as pd
+
+    from moesim.calibration.importers.aiconfigurator_tables import mark_host_bound
+    from moesim.calibration.records import COLUMNS
+
+    rows = []
+    for backend, dtype, floor in (
+        ("eager_fp8", "fp8_block", 60e-6),
+        ("deepgemm", "fp8_block", 3e-6),
+        ("lin", "bf16", 2.5e-6),
+    ):
+        for m in (1, 8, 64, 4096):
+            rows.append(
+                dict(kernel="gemm", backend=backend, dtype=dtype, m=m, n=128, k=128, time_s=floor * (1 + m / 4096))
+            )
+    df = mark_host_bound(pd.DataFrame(rows).reindex(columns=COLUMNS).fillna(""))
+    bad = df.exclude != ""
+    assert set(df[bad].backend) == {"eager_fp8"} and bad.sum() == 4
+    assert "host-bound" in df[bad].exclude.iloc[0] and "60 us" in df[bad].exclude.iloc[0]

@@ -68,6 +68,29 @@ def _inherit(parents: list[dict], kernels: dict) -> None:
                 kernels[fam] = e
 
 
+def _base(dtype) -> str:
+    return {"fp8_block": "fp8"}.get(str(dtype), str(dtype))
+
+
+def borrow_variants(kernels: dict, donors: list[dict], notes: list) -> None:
+    """A variant the engine's rows cannot give (its rows excluded, e.g. host-bound vLLM block-FP8
+    GEMMs) is taken from a donor profile of the same GPU running the same kernel (the GPU's SGLang
+    profile: DeepGEMM), named `borrowed_from`; its residual block keeps the donor's side-car file."""
+    for fam, e in kernels.items():
+        mine = e.get("variants")
+        if e.get("status") != "fitted" or not isinstance(mine, list):
+            continue
+        for donor in donors:
+            theirs = ((donor.get("kernels") or {}).get(fam) or {}).get("variants")
+            for v in theirs if isinstance(theirs, list) else []:
+                if not any(_base(m.get("dtype")) == _base(v.get("dtype")) for m in mine):
+                    src = f"{donor['gpu']}.{donor.get('engine') or 'generic'}"
+                    mine.append({**v, "borrowed_from": src})
+                    notes.append(
+                        f"{fam} {v.get('dtype')}: no usable rows; variant {v.get('backend')} borrowed from {src}"
+                    )
+
+
 def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes: list) -> dict:
     comm: dict = {}
     for mode in S.COMM_MODES:
@@ -146,10 +169,15 @@ def build_profile(
     folds: int | None = None,
     inputs: list[dict] | None = None,
     device_note: str = "",
+    donors: list[dict] | None = None,
 ) -> dict:
     parents = parents or []
     notes: list[str] = []
     kernels, launch = fit_kernels(df, peaks, gpu, folds, notes)
+    for e in kernels.values():  # fitted on measured call times: alpha holds the launch gap (reader.launch_for)
+        if e.get("model") in S.CALL_TIME_MODELS:
+            e["alpha_includes_launch"] = True
+    borrow_variants(kernels, donors or [], notes)
     _inherit(parents, kernels)
     comm = _comm_section(df, peaks, gpu, folds, parents, notes)
     collectives = _collectives_section(df, peaks, gpu, folds, parents)
@@ -229,6 +257,7 @@ def fit(
     hardware=None,
     device_note: str = "",
     engine=None,
+    borrow: Iterable[Path] = (),
 ) -> dict:
     """Fit CSVs (and inherit what they do not cover) into a profile; write it atomically if `out`.
     `engine` (sglang, trtllm, vllm): the rows are that engine's kernels; the profile records it
@@ -251,7 +280,8 @@ def fit(
             hardware = None
     peaks = Peaks.from_hardware(hardware) if hardware is not None else derive_peaks(gpu, df)
     parents = [read_profile_dict(Path(p)) for p in inherit]
-    profile = build_profile(df, gpu, peaks, parents, folds, [_file_info(p) for p in paths], device_note)
+    donors = [read_profile_dict(Path(p)) for p in borrow]
+    profile = build_profile(df, gpu, peaks, parents, folds, [_file_info(p) for p in paths], device_note, donors)
     if engine is not None:  # right after `gpu`: the pair names the profile
         eng = Engine.parse(engine, "engine").value
         items = list(profile.items())

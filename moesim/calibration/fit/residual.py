@@ -151,6 +151,6 @@ def finalize(profile: dict, file_name: str, sha: str) -> None:
     """Point every residual block at the written side-car file (drops the in-memory arrays)."""
     for v in _entries(profile):
         b = v.get("residual")
-        if b:
+        if b and b.get("_data") is not None:  # a borrowed variant keeps its donor's file
             b.pop("_data", None)
             b.update(file=file_name, sha256=sha)

@@ -31,7 +31,8 @@ from moesim.errors import MoesimError
 from moesim.specs.loader import data_root
 
 ENGINE_GPUS = ("h200", "b200", "gb200_nvl72")  # GPUs with imported measured tables (issue 14)
-DERIVED = {"h200": ("h100_sxm", "h800")}  # measured GPU -> siblings of its SM generation
+DERIVED = {"h200": ("h100_sxm", "h800")}
+REFERENCE_ENGINE = Engine.SGLANG.value  # fitted first: the donor of variants another engine's rows cannot give  # measured GPU -> siblings of its SM generation
 
 NOTES = {
     "h800": (
@@ -117,6 +118,9 @@ def rebuild_engines(root: Path | None = None, echo=print, failures: list | None 
 def _engine_profiles(gpu: str, engine: str, rows: list[Path], prof: Path) -> dict[str, dict]:
     """Fit one GPU's engine profile (inheriting from its generic one), then derive its siblings."""
     generic, target = prof / f"{gpu}.yaml", prof / f"{gpu}.{engine}.yaml"
+    # a kernel variant an engine's rows cannot give (host-bound rows) comes from the same GPU's
+    # reference-engine profile running the same kernel (fit.profile.borrow_variants); fitted first
+    donor = prof / f"{gpu}.{REFERENCE_ENGINE}.yaml"
     out = {
         f"{gpu}.{engine}": F.fit(
             rows,
@@ -125,6 +129,7 @@ def _engine_profiles(gpu: str, engine: str, rows: list[Path], prof: Path) -> dic
             inherit=[generic] if generic.exists() else [],
             device_note=engine_note(gpu, engine),
             engine=engine,
+            borrow=[donor] if engine != REFERENCE_ENGINE and donor.exists() else [],
         )
     }
     for sib in DERIVED.get(gpu, ()):

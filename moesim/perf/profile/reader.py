@@ -155,6 +155,12 @@ class Profile:
         self._knots: dict = {}  # (mode, op) -> per-EP knots with fractions of nominal
         self._tables = {fam: M.build_table(fam, self.kernels.get(fam)) for fam in M.TABLE_AXES}
 
+    def launch_for(self, family: str) -> float:
+        """The launch gap added to a kernel of `family`: 0 where the entry was fitted on measured call times
+        (`alpha_includes_launch`: back-to-back calls, the fitted alpha holds the gap), else launch_s."""
+        e = self.kernels.get(family) or {}
+        return 0.0 if e.get("alpha_includes_launch") else self.launch_s
+
     def __repr__(self) -> str:
         return f"Profile(gpu={self.gpu!r}, kernels={sorted(self.kernels)}, comm={sorted(self.comm)})"
 

@@ -60,6 +60,9 @@ RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * l
 COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
+# models with a fitted per-call alpha, fitted on measured call times (imported tables, runners): the
+# alpha holds the launch gap between back-to-back calls, so the cost model adds no second launch
+CALL_TIME_MODELS = (WAVES, STREAM, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
 DEFAULT_DTYPE = {
