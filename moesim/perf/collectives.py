@@ -55,6 +55,87 @@ def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
 
+# NCCL's three protocols (NCCL src/graph/tuning.cc: every (algorithm, protocol) has a latency
+# baseLat + nsteps * hwLat and a bus bandwidth; LL sends 8 B of flag per 8 B of data, LL128 8 B per
+# 120 B, Simple whole chunks behind a fence), and NVLS (NVSwitch multicast reduction, SM90+).
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")
+NCCL_PROTO, CUSTOM_AR = "nccl_proto", "custom_ar"  # profile model names (moesim.perf.profile.schema)
+NVLS_DTYPES = ("fp16", "bf16", "fp32")  # multimem.ld_reduce reduces 16/32-bit floats; no 8-bit types
+
+
+def nccl_proto_terms(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, nvls=True):
+    """(alpha_s, wire_s) of an NCCL all-reduce / all-gather (model `nccl_proto`): NCCL's tuning model
+    (tuning.cc, ncclTopoGetAlgoTime: time = latency + bytes / bandwidth per algorithm and protocol,
+    the smallest predicted time picked), with fitted per-protocol latencies and bandwidths:
+
+        ring, protocol k:  (k_us + k_step_us * steps(n)) + ring_bytes / (k_bw_frac * link)
+        NVLS (all-reduce): nvls_us + message_bytes / (nvls_bw_frac * link), where `nvls` (a reduction
+                           dtype multimem reduces) and n >= nvls_min_gpus (NCCL: none at <= 2 GPUs)
+
+    `link` is the achievable link the caller prices with, so a what-if on it moves every segment.
+    The switch points (LL -> LL128 -> Simple -> NVLS) are where the fitted segments cross."""
+    n = np.asarray(n, float)
+    steps = ring_steps(op, n)
+    link = np.asarray(link_Bps, float)
+    alphas = [(float(p[f"{k}_us"]) + float(p[f"{k}_step_us"]) * steps) * 1e-6 for k in NCCL_PROTOCOLS]
+    wires = [np.asarray(ring_bytes, float) / (float(p[f"{k}_bw_frac"]) * link) for k in NCCL_PROTOCOLS]
+    if op == "all_reduce" and p.get("nvls_us") is not None:
+        ok = np.asarray(nvls, bool) & (n >= float(p.get("nvls_min_gpus", 8)))
+        alphas.append(np.full(np.shape(n), float(p["nvls_us"]) * 1e-6))
+        wires.append(np.where(ok, np.asarray(message_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf))
+    return _fastest(alphas, wires)
+
+
+def custom_ar_terms(p: dict, n, message_bytes, ring_bytes, link_Bps):
+    """(alpha_s, wire_s) of an engine's custom all-reduce in CUDA graphs (model `custom_ar`; vLLM /
+    SGLang custom_all_reduce.cuh, TRT-LLM customAllReduceKernels.cu): the faster of
+        one-shot: every rank reads its n-1 peers' buffers and reduces locally:
+                  oneshot_us + oneshot_peer_us * (n-1) + (n-1) * message / (oneshot_bw_frac * link)
+        two-shot: reduce-scatter then all-gather through peer buffers (ring bytes on the wire):
+                  twoshot_us + twoshot_peer_us * (n-1) + ring_bytes / (twoshot_bw_frac * link)
+    (the peer terms: one flag barrier signal per peer)."""
+    n = np.asarray(n, float)
+    link = np.asarray(link_Bps, float)
+    alphas, wires = [], []
+    for k, wire_bytes in (("oneshot", (n - 1.0) * np.asarray(message_bytes, float)), ("twoshot", ring_bytes)):
+        alphas.append((float(p[f"{k}_us"]) + float(p[f"{k}_peer_us"]) * (n - 1.0)) * 1e-6)
+        wires.append(np.asarray(wire_bytes, float) / (float(p[f"{k}_bw_frac"]) * link))
+    return _fastest(alphas, wires)
+
+
+def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps):
+    """(alpha_s, wire_s) priced by a timed collectives entry (`nccl_proto` / `collective_v2`) and
+    its `custom` backends: a custom all-reduce replaces NCCL up to its `max_bytes` where faster
+    (the engine's size switch). NVLS where a nccl_proto entry allows it: engines all-reduce
+    16-bit activations."""
+    best = None
+    for ce, cap in [(e, None)] + [(c, c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
+        p, model = ce["params"], ce.get("model", e["model"])
+        if model == NCCL_PROTO:
+            a, w = nccl_proto_terms(p, op, n, message_bytes, ring_bytes, link_Bps)
+        elif model == CUSTOM_AR:
+            a, w = custom_ar_terms(p, n, message_bytes, ring_bytes, link_Bps)
+        else:  # collective_v2
+            bw = link_Bps * float(p["bw_efficiency"])
+            a, wire = collective_terms(op, n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
+            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
+        if best is None:
+            best = (a, w)
+            continue
+        use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
+        best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
+    return best
+
+
+def _fastest(alphas, wires):
+    """(alpha, wire) of the candidate with the smallest alpha + wire, per element."""
+    shape = np.broadcast_shapes(*[np.shape(a) for a in alphas], *[np.shape(w) for w in wires])
+    a = np.stack([np.broadcast_to(x, shape) for x in alphas])
+    w = np.stack([np.broadcast_to(x, shape) for x in wires])
+    k = np.argmin(a + w, axis=0)[None]
+    return np.take_along_axis(a, k, 0)[0], np.take_along_axis(w, k, 0)[0]
+
+
 def by_ep_params(knots: dict, ep, nominal: dict | None = None):
     """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
     piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the

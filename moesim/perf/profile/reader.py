@@ -31,7 +31,13 @@ from moesim.enums import Engine
 from moesim.errors import CalibrationError
 from moesim.perf import attention_eff as A
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, collective_terms, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.collectives import (
+    DEEPEP_NORMAL_SMS,
+    by_ep_params,
+    collective_entry_terms,
+    deepep_ll_sms,
+    deepep_v2_terms,
+)
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
@@ -354,23 +360,14 @@ class Profile:
         return float(p[f"{link}_GBps"]) * 1e9
 
     def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
-        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `collective_v2` entry (NCCL,
-        or the engine's custom all-reduce where the message is within what it was measured at and
-        it is faster), or None (then collective_params)."""
+        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `nccl_proto` / `collective_v2`
+        entry (NCCL, or the engine's custom all-reduce where the message is within what it was
+        measured at and it is faster), or None (then collective_params). A `nccl_proto` entry takes
+        NVLS where it applies: engines all-reduce 16-bit activations."""
         e = self.collectives.get(str(op))
-        if e is None or e.get("model") != S.COLLECTIVE_V2:
+        if e is None or e.get("model") not in S.TIMED_COLLECTIVES:
             return None
-        best = None
-        for p, cap in [(e["params"], None)] + [(c["params"], c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
-            bw = link_Bps * float(p["bw_efficiency"])
-            a, wire = collective_terms(str(op), n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
-            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
-            if best is None:
-                best = (a, w)
-                continue
-            use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
-            best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
-        return best
+        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps)
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's

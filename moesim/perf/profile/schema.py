@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from moesim.errors import CalibrationError, check_number
+from moesim.perf.collectives import CUSTOM_AR, NCCL_PROTO  # noqa: F401  (model names, re-exported)
 
 SCHEMA_VERSION = 1
 KERNEL_FAMILIES = (
@@ -58,6 +59,10 @@ ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.b
 DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
+# NCCL_PROTO (imported above): per-protocol LL / LL128 / Simple ring segments + NVLS
+# (collectives.nccl_proto_terms); CUSTOM_AR: an engine's one-shot / two-shot custom all-reduce
+# (collectives.custom_ar_terms)
+TIMED_COLLECTIVES = (COLLECTIVE_V2, NCCL_PROTO)  # models the reader prices with collective_time
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
@@ -91,6 +96,7 @@ ETA = Num(0.0, 1.0, lo_open=True)  # an efficiency, a fraction of a peak
 US = Num(0.0, 1e6)  # a time in microseconds
 GBPS = Num(0.0, 1e6, lo_open=True)
 FRAC = Num(0.0, 1.0, lo_open=True, optional=True)
+BW_FRAC = Num(0.0, 3.0, lo_open=True)  # a fitted bandwidth over the achievable link it scales
 
 # params per model: field -> allowed number (q: .inf allowed, = max)
 PARAMS = {
@@ -154,6 +160,19 @@ PARAMS = {
         "q": Num(1.0, optional=True, inf_ok=True),
     },
     COLLECTIVE_V2: {"alpha_us": US, "step_us": US, "bw_efficiency": Num(0.0, 3.0, lo_open=True)},
+    NCCL_PROTO: {
+        **{
+            f"{k}_{f}": v
+            for k in ("ll", "ll128", "simple")
+            for f, v in (("us", US), ("step_us", US), ("bw_frac", BW_FRAC))
+        },
+        "nvls_us": US._replace(optional=True),
+        "nvls_bw_frac": BW_FRAC._replace(optional=True),
+        "nvls_min_gpus": Num(2.0, integer=True, optional=True),
+    },
+    CUSTOM_AR: {
+        f"{k}_{f}": v for k in ("oneshot", "twoshot") for f, v in (("us", US), ("peer_us", US), ("bw_frac", BW_FRAC))
+    },
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -289,10 +308,11 @@ def validate(data: dict, path, hint: str = REGENERATE) -> None:
     for op, e in c.mapping(data.get("collectives"), "collectives").items():
         if op not in COLLECTIVE_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
             c.fail(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
-        model = COLLECTIVE_V2 if e.get("model") == COLLECTIVE_V2 else RING
+        model = e.get("model") if e.get("model") in TIMED_COLLECTIVES else RING
         c.fields(f"collectives.{op}.params", e["params"], PARAMS[model])
         for backend, ce in c.mapping(e.get("custom"), f"collectives.{op}.custom").items():
-            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[model])
+            cm = CUSTOM_AR if (ce or {}).get("model") == CUSTOM_AR else model
+            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[cm])
             c.number(
                 f"collectives.{op}.custom.{backend}.max_bytes", (ce or {}).get("max_bytes"), Num(0.0, lo_open=True)
             )
