@@ -170,6 +170,20 @@ def deepep_ll_sms(experts, device_sms):
     return np.ceil(e / np.ceil(e / float(device_sms)))
 
 
+def rdma_node_share(p: dict, nodes):
+    """Multi-node RDMA rate of a deepep_v2 entry relative to rdma_frac_nominal x NIC. With measured
+    knots (`rdma_knot_nodes`, `rdma_knot_frac`: the NIC fraction the rows reach at each node count;
+    time per byte interpolated in log2(nodes), clamped outside) the rate is that fraction; else the
+    smooth 1 / (1 + rdma_node_decay (nodes - 1)). H200 SGLang normal rows: ~48 GB/s per GPU at 4
+    nodes, ~22 GB/s at 8 (a fabric property the knots carry, not a smooth function of nodes)."""
+    nodes = np.maximum(np.asarray(nodes, float), 1.0)
+    kn = p.get("rdma_knot_nodes")
+    if kn:
+        inv = np.interp(np.log2(nodes), np.log2(np.asarray(kn, float)), 1.0 / np.asarray(p["rdma_knot_frac"], float))
+        return 1.0 / inv / float(p["rdma_frac_nominal"])
+    return 1.0 / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
+
+
 def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps):
     """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
     SGLang tables); time = alpha_s + wire_s:
@@ -178,7 +192,7 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
         alpha = alpha_us + alpha_node_us * log2(nodes) + alpha_expert_us * experts / ep
                 + alpha_kB_us * msg_bytes / 1e3        (notify / handshake across nodes, per-expert
                                                         signalling, per-message buffer set-up)
-        link  = max(rdma_bytes / (rdma_Bps / (1 + rdma_node_decay * (nodes - 1))), nvl_bytes / nvl_Bps)
+        link  = max(rdma_bytes / (rdma_Bps * rdma_node_share(nodes)), nvl_bytes / nvl_Bps)
         sm    = (tokens * sm_token_us + (rdma_bytes + nvl_bytes) / sm_GBps) / sms
 
     The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
@@ -192,9 +206,7 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
         + float(p["alpha_expert_us"]) * np.asarray(experts, float) / np.maximum(np.asarray(ep, float), 1.0)
         + float(p["alpha_kB_us"]) * np.asarray(msg_bytes, float) / 1e3
     ) * us
-    # multi-node RDMA efficiency: the fitted NIC share falls with the nodes a token fans out to
-    # (H200 normal rows: ~45 GB/s at 2-4 nodes, ~22 GB/s at 8 nodes per GPU)
-    rdma_Bps = rdma_Bps / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
+    rdma_Bps = rdma_Bps * rdma_node_share(p, nodes)
     link = a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps)
     moved = np.asarray(rdma_bytes, float) + np.asarray(nvl_bytes, float)
     sm = (np.asarray(tokens, float) * float(p["sm_token_us"]) * us + moved / (float(p["sm_GBps"]) * 1e9)) / np.maximum(
@@ -204,3 +216,25 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
     scale = np.maximum(np.maximum(link, sm), 1e-30)  # normalised q-norm: no overflow at large q
     wire = scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q)
     return alpha, np.where(moved > 0, wire, 0.0)
+
+
+def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, **kw):
+    """(alpha_s, wire_s) priced by a deepep_v2 entry on a GPU whose nominal links are `nominal`
+    ({"rdma": Bps, "nvlink": Bps}): RDMA as a fraction of the live NIC; the intranode rate is the
+    absolute one the kernel reached, capped by the live NVLink. An `intranode` sub-entry (DeepEP
+    runs its intranode kernels when every rank is in one NVLink domain: Buffer.dispatch /
+    combine with num_rdma_ranks == 1) prices single-node calls. `kw`: deepep_v2_terms' shape args."""
+    nodes = np.asarray(nodes, float)
+
+    def terms(p):
+        nvl, live = float(p["nvlink_GBps"]) * 1e9, nominal.get("nvlink", 0.0)
+        rdma = float(p["rdma_frac_nominal"]) * max(nominal.get("rdma", 0.0), 1.0)
+        return deepep_v2_terms(
+            p, nodes=nodes, sms=sms, rdma_Bps=rdma, nvl_Bps=min(nvl, live) if live > 0 else nvl, **kw
+        )
+
+    a, w = terms(e["params"])
+    if e.get("intranode"):
+        ai, wi = terms(e["intranode"]["params"])
+        a, w = np.where(nodes <= 1, ai, a), np.where(nodes <= 1, wi, w)
+    return a, w

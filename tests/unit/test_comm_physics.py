@@ -15,7 +15,14 @@ from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.routing import deepep_logical_copies
 from moesim.engine.phases import estimate
 from moesim.errors import CalibrationError
-from moesim.perf.collectives import custom_ar_terms, deepep_ll_sms, deepep_v2_terms, nccl_proto_terms
+from moesim.perf.collectives import (
+    custom_ar_terms,
+    deepep_entry_terms,
+    deepep_ll_sms,
+    deepep_v2_terms,
+    nccl_proto_terms,
+    rdma_node_share,
+)
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import Profile
 from moesim.specs.loader import data_root, load_hardware
@@ -74,9 +81,37 @@ def _rows(mode: str, op: str, rng) -> pd.DataFrame:
 def test_deepep_v2_fit_recovers_its_model_and_cross_validates(mode):
     d = _rows(mode, "dispatch", np.random.default_rng(0))
     e = fit_deepep_v2(a2a_data(d, mode, "dispatch"), mode, "dispatch", PEAKS, "h200")
-    assert e["model"] == S.DEEPEP_V2 and set(e["params"]) == set(NAMES)
-    assert e["cv"]["median_abs_pct"] < 3.0 and e["cv"]["small_p90_abs_pct"] < 8.0
+    assert e["model"] == S.DEEPEP_V2 and set(e["params"]) == set(NAMES) | {"rdma_knot_nodes", "rdma_knot_frac"}
+    # the NIC share per measured node count (2, 4 nodes) the smooth TRUE decay gives: 0.8 / (1 + 0.1 (n - 1))
+    assert e["params"]["rdma_knot_nodes"] == [2, 4]
+    assert e["params"]["rdma_knot_frac"] == pytest.approx([0.8 / 1.1, 0.8 / 1.3], rel=0.1)
+    # normal mode: the one-node rows (EP8) are DeepEP's intranode kernels, fitted on their own
+    assert ("intranode" in e) == (mode == "deepep-normal")
+    assert e["cv"]["median_abs_pct"] < 3.0 and e["cv"]["small"]["p90_abs_pct"] < 8.0
     assert e["params"]["alpha_us"] == pytest.approx(8.0, abs=2.0)
+
+
+def test_rdma_knots_carry_the_measured_nic_share_per_node_count():
+    p = TRUE | {"rdma_frac_nominal": 1.0, "rdma_knot_nodes": [2.0, 4.0, 8.0], "rdma_knot_frac": [0.9, 0.9, 0.45]}
+    share = rdma_node_share(p, np.array([1.0, 2.0, 4.0, 8.0, 16.0]))
+    assert np.allclose(share, [0.9, 0.9, 0.9, 0.45, 0.45])  # clamped outside the measured counts
+    mid = rdma_node_share(p, 2**2.5)  # half way in log2(nodes): time per byte interpolates
+    assert 1 / mid == pytest.approx(0.5 / 0.9 + 0.5 / 0.45)
+    assert np.all(rdma_node_share(TRUE, np.array([2.0, 8.0])) == 1 / (1 + 0.1 * np.array([1.0, 7.0])))  # no knots
+
+
+def test_deepep_entry_prices_single_node_calls_with_the_intranode_kernels():
+    intra = TRUE | {"alpha_us": 30.0}
+    e = {"model": S.DEEPEP_V2, "params": TRUE, "intranode": {"params": intra}}
+    kw = dict(tokens=64.0, rdma_bytes=np.array([0.0, 1e6]), nvl_bytes=np.array([3e6, 3e6]), experts=256.0,
+              ep=np.array([8.0, 16.0]), msg_bytes=7392.0, sms=20.0)  # fmt: skip
+    nodes = np.array([1.0, 2.0])
+    nominal = {"rdma": PEAKS.rdma_Bps, "nvlink": PEAKS.nvlink_Bps}
+    a, w = deepep_entry_terms(e, nodes=nodes, nominal=nominal, **kw)
+    a_main, _ = deepep_entry_terms({"params": TRUE}, nodes=nodes, nominal=nominal, **kw)
+    assert a[0] == pytest.approx(a_main[0] + 22e-6) and a[1] == pytest.approx(a_main[1])
+    slow_nic = deepep_entry_terms(e, nodes=nodes, nominal=nominal | {"rdma": PEAKS.rdma_Bps / 4}, **kw)
+    assert slow_nic[1][1] > w[1] and slow_nic[1][0] == pytest.approx(w[0])  # a NIC what-if moves internode only
 
 
 def _profile_with(comm: dict | None = None, collectives: dict | None = None) -> Profile:

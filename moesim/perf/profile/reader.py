@@ -35,8 +35,8 @@ from moesim.perf.collectives import (
     DEEPEP_NORMAL_SMS,
     by_ep_params,
     collective_entry_terms,
+    deepep_entry_terms,
     deepep_ll_sms,
-    deepep_v2_terms,
 )
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
@@ -314,25 +314,13 @@ class Profile:
         e = (self.comm.get(m) or {}).get(str(op))
         if e is None or e.get("model") != S.DEEPEP_V2:
             return None
-        p = e["params"]
         if sms is None:
             sms = deepep_ll_sms(experts, self._sms) if m == "deepep-ll" else DEEPEP_NORMAL_SMS
-        nvl_live = self._nom.get("nvlink", 0.0)
-        nvl = float(p["nvlink_GBps"]) * 1e9
         nodes = np.maximum(np.asarray(ep, float) / max(self._domain, 1), 1.0)
-        return deepep_v2_terms(
-            p,
-            tokens=tokens,
-            rdma_bytes=rdma_bytes,
-            nvl_bytes=nvl_bytes,
-            nodes=nodes,
-            experts=experts,
-            ep=ep,
-            msg_bytes=msg_bytes,
-            sms=sms,
-            rdma_Bps=float(p["rdma_frac_nominal"]) * max(self._nom.get("rdma", 0.0), 1.0),
-            nvl_Bps=min(nvl, nvl_live) if nvl_live > 0 else nvl,
+        kw = dict(
+            tokens=tokens, rdma_bytes=rdma_bytes, nvl_bytes=nvl_bytes, experts=experts, ep=ep, msg_bytes=msg_bytes
         )
+        return deepep_entry_terms(e, nodes=nodes, sms=sms, nominal=self._nom, **kw)
 
     def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
         """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were

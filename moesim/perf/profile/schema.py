@@ -59,9 +59,8 @@ ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.b
 DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
-# NCCL_PROTO (imported above): per-protocol LL / LL128 / Simple ring segments + NVLS
-# (collectives.nccl_proto_terms); CUSTOM_AR: an engine's one-shot / two-shot custom all-reduce
-# (collectives.custom_ar_terms)
+# NCCL_PROTO (imported): LL / LL128 / Simple ring segments + NVLS (collectives.nccl_proto_terms);
+# CUSTOM_AR: an engine's one-shot / two-shot custom all-reduce (collectives.custom_ar_terms)
 TIMED_COLLECTIVES = (COLLECTIVE_V2, NCCL_PROTO)  # models the reader prices with collective_time
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
@@ -372,7 +371,9 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
         c.fail(f"{where}: needs op dispatch/combine with `params`")
     p = e["params"]
     if e.get("model") == DEEPEP_V2:
-        c.fields(f"{where}.params", p, PARAMS[DEEPEP_V2])
+        _validate_deepep(c, f"{where}.params", p)
+        if e.get("intranode") is not None:  # the single-node kernels' own params
+            _validate_deepep(c, f"{where}.intranode.params", (e["intranode"] or {}).get("params") or {})
         return
     if e.get("model") != ALPHA_BETA_BY_EP:
         c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
@@ -387,3 +388,13 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
     for name, spec in knots.items():
         for i, v in enumerate(p[name]):
             c.number(f"{where}.params.{name}[{i}]", v, spec)
+
+
+def _validate_deepep(c: _Checker, where: str, p: dict) -> None:
+    c.fields(where, {k: v for k, v in p.items() if not k.startswith("rdma_knot")}, PARAMS[DEEPEP_V2])
+    kn, kf = p.get("rdma_knot_nodes"), p.get("rdma_knot_frac")  # optional: per measured node count
+    if kn is not None and not (isinstance(kn, list) and isinstance(kf, list) and len(kn) == len(kf) > 0):
+        c.fail(f"{where}: rdma_knot_nodes / rdma_knot_frac must be equal-length lists")
+    for i, (nd, f) in enumerate(zip(kn or [], kf or [])):
+        c.number(f"{where}.rdma_knot_nodes[{i}]", nd, Num(1.0))
+        c.number(f"{where}.rdma_knot_frac[{i}]", f, Num(0.0, 1.0, lo_open=True))
