@@ -194,6 +194,7 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
                                                         signalling, per-message buffer set-up)
         link  = max(rdma_bytes / (rdma_Bps * rdma_node_share(nodes)), nvl_bytes / nvl_Bps)
         sm    = (tokens * sm_token_us + (rdma_bytes + nvl_bytes) / sm_GBps) / sms
+        t     = max(t, host_us)                 (optional host floor)
 
     The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
     (--comm-sms) or the LL kernels' launch (deepep_ll_sms). The q-norm (q >= 1) blends the
@@ -214,8 +215,11 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
     )
     q = float(p["q"])
     scale = np.maximum(np.maximum(link, sm), 1e-30)  # normalised q-norm: no overflow at large q
-    wire = scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q)
-    return alpha, np.where(moved > 0, wire, 0.0)
+    wire = np.where(moved > 0, scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q), 0.0)
+    # host floor (optional): a host-paced benchmark loop overlaps the GPU work, so a call takes
+    # max(host_us, GPU time) (vLLM's DeepEP high-throughput rows: a ~250 us floor up to ~512 tokens)
+    host = float(p.get("host_us") or 0.0) * us
+    return (np.maximum(alpha, host - wire) if host > 0 else alpha), wire
 
 
 def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, **kw):

@@ -100,6 +100,27 @@ def test_rdma_knots_carry_the_measured_nic_share_per_node_count():
     assert np.all(rdma_node_share(TRUE, np.array([2.0, 8.0])) == 1 / (1 + 0.1 * np.array([1.0, 7.0])))  # no knots
 
 
+def test_host_floor_hides_small_calls_and_leaves_large_ones():
+    kw = dict(rdma_bytes=0.0, nodes=1.0, experts=256.0, ep=8.0, msg_bytes=7392.0, sms=20.0, rdma_Bps=4e10, nvl_Bps=3e11)
+    tokens = np.array([16.0, 256.0, 65536.0])
+    nvl = tokens * 4.6 * 7392.0
+    plain = sum(deepep_v2_terms(TRUE, tokens=tokens, nvl_bytes=nvl, **kw))
+    floored = sum(deepep_v2_terms(TRUE | {"host_us": 250.0}, tokens=tokens, nvl_bytes=nvl, **kw))
+    assert plain[0] < 250e-6 and floored[0] == pytest.approx(250e-6)  # a host-paced loop: max(host, GPU)
+    assert plain[-1] > 250e-6 and floored[-1] == pytest.approx(plain[-1])  # GPU-bound calls unchanged
+
+
+@pytest.mark.slow  # four bounded fits (seconds)
+def test_host_floor_is_kept_only_where_the_rows_show_it():
+    d = _rows("deepep-normal", "dispatch", np.random.default_rng(2))
+    d = d[d.ep == 8].reset_index(drop=True)
+    plain = fit_deepep_v2(a2a_data(d, "deepep-normal", "dispatch"), "deepep-normal", "dispatch", PEAKS, "h200")
+    assert plain["params"]["host_us"] == 0.0
+    floored = d.assign(time_s=np.maximum(d.time_s, 250e-6))
+    e = fit_deepep_v2(a2a_data(floored, "deepep-normal", "dispatch"), "deepep-normal", "dispatch", PEAKS, "h200")
+    assert e["params"]["host_us"] == pytest.approx(250.0, rel=0.05) and e["cv"]["median_abs_pct"] < 3.0
+
+
 def test_deepep_entry_prices_single_node_calls_with_the_intranode_kernels():
     intra = TRUE | {"alpha_us": 30.0}
     e = {"model": S.DEEPEP_V2, "params": TRUE, "intranode": {"params": intra}}

@@ -11,8 +11,8 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
                              residual?: {file, key, axes, points, sha256}  (measured log residuals in
                              a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2, params, ...}}}
-    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
-
+    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta | collective_v2 | nccl_proto, params,
+                  custom?: {<backend>: {model: custom_ar, params, max_bytes, cv}}, ...}}
 Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
 one line naming the key and the allowed range, or every step time could turn NaN/inf.
 """
@@ -59,8 +59,7 @@ ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.b
 DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
-# NCCL_PROTO (imported): LL / LL128 / Simple ring segments + NVLS (collectives.nccl_proto_terms);
-# CUSTOM_AR: an engine's one-shot / two-shot custom all-reduce (collectives.custom_ar_terms)
+# NCCL_PROTO, CUSTOM_AR (imported): collectives.nccl_proto_terms, collectives.custom_ar_terms
 TIMED_COLLECTIVES = (COLLECTIVE_V2, NCCL_PROTO)  # models the reader prices with collective_time
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
@@ -145,6 +144,7 @@ PARAMS = {
         "sm_token_us": US,
         "q": Num(1.0, 64.0),
         "rdma_node_decay": Num(0.0, 100.0, optional=True),
+        "host_us": US._replace(optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
     MLA_V2: {
