@@ -55,6 +55,87 @@ def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
 
+# NCCL's three protocols (NCCL src/graph/tuning.cc: every (algorithm, protocol) has a latency
+# baseLat + nsteps * hwLat and a bus bandwidth; LL sends 8 B of flag per 8 B of data, LL128 8 B per
+# 120 B, Simple whole chunks behind a fence), and NVLS (NVSwitch multicast reduction, SM90+).
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")
+NCCL_PROTO, CUSTOM_AR = "nccl_proto", "custom_ar"  # profile model names (moesim.perf.profile.schema)
+NVLS_DTYPES = ("fp16", "bf16", "fp32")  # multimem.ld_reduce reduces 16/32-bit floats; no 8-bit types
+
+
+def nccl_proto_terms(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, nvls=True):
+    """(alpha_s, wire_s) of an NCCL all-reduce / all-gather (model `nccl_proto`): NCCL's tuning model
+    (tuning.cc, ncclTopoGetAlgoTime: time = latency + bytes / bandwidth per algorithm and protocol,
+    the smallest predicted time picked), with fitted per-protocol latencies and bandwidths:
+
+        ring, protocol k:  (k_us + k_step_us * steps(n)) + ring_bytes / (k_bw_frac * link)
+        NVLS (all-reduce): nvls_us + message_bytes / (nvls_bw_frac * link), where `nvls` (a reduction
+                           dtype multimem reduces) and n >= nvls_min_gpus (NCCL: none at <= 2 GPUs)
+
+    `link` is the achievable link the caller prices with, so a what-if on it moves every segment.
+    The switch points (LL -> LL128 -> Simple -> NVLS) are where the fitted segments cross."""
+    n = np.asarray(n, float)
+    steps = ring_steps(op, n)
+    link = np.asarray(link_Bps, float)
+    alphas = [(float(p[f"{k}_us"]) + float(p[f"{k}_step_us"]) * steps) * 1e-6 for k in NCCL_PROTOCOLS]
+    wires = [np.asarray(ring_bytes, float) / (float(p[f"{k}_bw_frac"]) * link) for k in NCCL_PROTOCOLS]
+    if op == "all_reduce" and p.get("nvls_us") is not None:
+        ok = np.asarray(nvls, bool) & (n >= float(p.get("nvls_min_gpus", 8)))
+        alphas.append(np.full(np.shape(n), float(p["nvls_us"]) * 1e-6))
+        wires.append(np.where(ok, np.asarray(message_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf))
+    return _fastest(alphas, wires)
+
+
+def custom_ar_terms(p: dict, n, message_bytes, ring_bytes, link_Bps):
+    """(alpha_s, wire_s) of an engine's custom all-reduce in CUDA graphs (model `custom_ar`; vLLM /
+    SGLang custom_all_reduce.cuh, TRT-LLM customAllReduceKernels.cu): the faster of
+        one-shot: every rank reads its n-1 peers' buffers and reduces locally:
+                  oneshot_us + oneshot_peer_us * (n-1) + (n-1) * message / (oneshot_bw_frac * link)
+        two-shot: reduce-scatter then all-gather through peer buffers (ring bytes on the wire):
+                  twoshot_us + twoshot_peer_us * (n-1) + ring_bytes / (twoshot_bw_frac * link)
+    (the peer terms: one flag barrier signal per peer)."""
+    n = np.asarray(n, float)
+    link = np.asarray(link_Bps, float)
+    alphas, wires = [], []
+    for k, wire_bytes in (("oneshot", (n - 1.0) * np.asarray(message_bytes, float)), ("twoshot", ring_bytes)):
+        alphas.append((float(p[f"{k}_us"]) + float(p[f"{k}_peer_us"]) * (n - 1.0)) * 1e-6)
+        wires.append(np.asarray(wire_bytes, float) / (float(p[f"{k}_bw_frac"]) * link))
+    return _fastest(alphas, wires)
+
+
+def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps):
+    """(alpha_s, wire_s) priced by a timed collectives entry (`nccl_proto` / `collective_v2`) and
+    its `custom` backends: a custom all-reduce replaces NCCL up to its `max_bytes` where faster
+    (the engine's size switch). NVLS where a nccl_proto entry allows it: engines all-reduce
+    16-bit activations."""
+    best = None
+    for ce, cap in [(e, None)] + [(c, c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
+        p, model = ce["params"], ce.get("model", e["model"])
+        if model == NCCL_PROTO:
+            a, w = nccl_proto_terms(p, op, n, message_bytes, ring_bytes, link_Bps)
+        elif model == CUSTOM_AR:
+            a, w = custom_ar_terms(p, n, message_bytes, ring_bytes, link_Bps)
+        else:  # collective_v2
+            bw = link_Bps * float(p["bw_efficiency"])
+            a, wire = collective_terms(op, n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
+            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
+        if best is None:
+            best = (a, w)
+            continue
+        use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
+        best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
+    return best
+
+
+def _fastest(alphas, wires):
+    """(alpha, wire) of the candidate with the smallest alpha + wire, per element."""
+    shape = np.broadcast_shapes(*[np.shape(a) for a in alphas], *[np.shape(w) for w in wires])
+    a = np.stack([np.broadcast_to(x, shape) for x in alphas])
+    w = np.stack([np.broadcast_to(x, shape) for x in wires])
+    k = np.argmin(a + w, axis=0)[None]
+    return np.take_along_axis(a, k, 0)[0], np.take_along_axis(w, k, 0)[0]
+
+
 def by_ep_params(knots: dict, ep, nominal: dict | None = None):
     """(alpha_s, rdma_Bps, nvlink_Bps) for per-EP alpha-beta knots: alpha and time per byte
     piecewise-linear in log2(EP) between measured EPs (clamped outside); NVLink bandwidth from the
@@ -89,6 +170,20 @@ def deepep_ll_sms(experts, device_sms):
     return np.ceil(e / np.ceil(e / float(device_sms)))
 
 
+def rdma_node_share(p: dict, nodes):
+    """Multi-node RDMA rate of a deepep_v2 entry relative to rdma_frac_nominal x NIC. With measured
+    knots (`rdma_knot_nodes`, `rdma_knot_frac`: the NIC fraction the rows reach at each node count;
+    time per byte interpolated in log2(nodes), clamped outside) the rate is that fraction; else the
+    smooth 1 / (1 + rdma_node_decay (nodes - 1)). H200 SGLang normal rows: ~48 GB/s per GPU at 4
+    nodes, ~22 GB/s at 8 (a fabric property the knots carry, not a smooth function of nodes)."""
+    nodes = np.maximum(np.asarray(nodes, float), 1.0)
+    kn = p.get("rdma_knot_nodes")
+    if kn:
+        inv = np.interp(np.log2(nodes), np.log2(np.asarray(kn, float)), 1.0 / np.asarray(p["rdma_knot_frac"], float))
+        return 1.0 / inv / float(p["rdma_frac_nominal"])
+    return 1.0 / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
+
+
 def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps):
     """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
     SGLang tables); time = alpha_s + wire_s:
@@ -97,8 +192,9 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
         alpha = alpha_us + alpha_node_us * log2(nodes) + alpha_expert_us * experts / ep
                 + alpha_kB_us * msg_bytes / 1e3        (notify / handshake across nodes, per-expert
                                                         signalling, per-message buffer set-up)
-        link  = max(rdma_bytes / (rdma_Bps / (1 + rdma_node_decay * (nodes - 1))), nvl_bytes / nvl_Bps)
+        link  = max(rdma_bytes / (rdma_Bps * rdma_node_share(nodes)), nvl_bytes / nvl_Bps)
         sm    = (tokens * sm_token_us + (rdma_bytes + nvl_bytes) / sm_GBps) / sms
+        t     = max(t, host_us)                 (optional host floor)
 
     The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
     (--comm-sms) or the LL kernels' launch (deepep_ll_sms). The q-norm (q >= 1) blends the
@@ -111,9 +207,7 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
         + float(p["alpha_expert_us"]) * np.asarray(experts, float) / np.maximum(np.asarray(ep, float), 1.0)
         + float(p["alpha_kB_us"]) * np.asarray(msg_bytes, float) / 1e3
     ) * us
-    # multi-node RDMA efficiency: the fitted NIC share falls with the nodes a token fans out to
-    # (H200 normal rows: ~45 GB/s at 2-4 nodes, ~22 GB/s at 8 nodes per GPU)
-    rdma_Bps = rdma_Bps / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
+    rdma_Bps = rdma_Bps * rdma_node_share(p, nodes)
     link = a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps)
     moved = np.asarray(rdma_bytes, float) + np.asarray(nvl_bytes, float)
     sm = (np.asarray(tokens, float) * float(p["sm_token_us"]) * us + moved / (float(p["sm_GBps"]) * 1e9)) / np.maximum(
@@ -121,5 +215,30 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
     )
     q = float(p["q"])
     scale = np.maximum(np.maximum(link, sm), 1e-30)  # normalised q-norm: no overflow at large q
-    wire = scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q)
-    return alpha, np.where(moved > 0, wire, 0.0)
+    wire = np.where(moved > 0, scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q), 0.0)
+    # host floor (optional): a host-paced benchmark loop overlaps the GPU work, so a call takes
+    # max(host_us, GPU time) (vLLM's DeepEP high-throughput rows: a ~250 us floor up to ~512 tokens)
+    host = float(p.get("host_us") or 0.0) * us
+    return (np.maximum(alpha, host - wire) if host > 0 else alpha), wire
+
+
+def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, **kw):
+    """(alpha_s, wire_s) priced by a deepep_v2 entry on a GPU whose nominal links are `nominal`
+    ({"rdma": Bps, "nvlink": Bps}): RDMA as a fraction of the live NIC; the intranode rate is the
+    absolute one the kernel reached, capped by the live NVLink. An `intranode` sub-entry (DeepEP
+    runs its intranode kernels when every rank is in one NVLink domain: Buffer.dispatch /
+    combine with num_rdma_ranks == 1) prices single-node calls. `kw`: deepep_v2_terms' shape args."""
+    nodes = np.asarray(nodes, float)
+
+    def terms(p):
+        nvl, live = float(p["nvlink_GBps"]) * 1e9, nominal.get("nvlink", 0.0)
+        rdma = float(p["rdma_frac_nominal"]) * max(nominal.get("rdma", 0.0), 1.0)
+        return deepep_v2_terms(
+            p, nodes=nodes, sms=sms, rdma_Bps=rdma, nvl_Bps=min(nvl, live) if live > 0 else nvl, **kw
+        )
+
+    a, w = terms(e["params"])
+    if e.get("intranode"):
+        ai, wi = terms(e["intranode"]["params"])
+        a, w = np.where(nodes <= 1, ai, a), np.where(nodes <= 1, wi, w)
+    return a, w

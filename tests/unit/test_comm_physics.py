@@ -15,7 +15,14 @@ from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.routing import deepep_logical_copies
 from moesim.engine.phases import estimate
 from moesim.errors import CalibrationError
-from moesim.perf.collectives import collective_terms, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.collectives import (
+    custom_ar_terms,
+    deepep_entry_terms,
+    deepep_ll_sms,
+    deepep_v2_terms,
+    nccl_proto_terms,
+    rdma_node_share,
+)
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import Profile
 from moesim.specs.loader import data_root, load_hardware
@@ -74,9 +81,58 @@ def _rows(mode: str, op: str, rng) -> pd.DataFrame:
 def test_deepep_v2_fit_recovers_its_model_and_cross_validates(mode):
     d = _rows(mode, "dispatch", np.random.default_rng(0))
     e = fit_deepep_v2(a2a_data(d, mode, "dispatch"), mode, "dispatch", PEAKS, "h200")
-    assert e["model"] == S.DEEPEP_V2 and set(e["params"]) == set(NAMES)
-    assert e["cv"]["median_abs_pct"] < 3.0 and e["cv"]["small_p90_abs_pct"] < 8.0
+    assert e["model"] == S.DEEPEP_V2 and set(e["params"]) == set(NAMES) | {"rdma_knot_nodes", "rdma_knot_frac"}
+    # the NIC share per measured node count (2, 4 nodes) the smooth TRUE decay gives: 0.8 / (1 + 0.1 (n - 1))
+    assert e["params"]["rdma_knot_nodes"] == [2, 4]
+    assert e["params"]["rdma_knot_frac"] == pytest.approx([0.8 / 1.1, 0.8 / 1.3], rel=0.1)
+    # normal mode: the one-node rows (EP8) are DeepEP's intranode kernels, fitted on their own
+    assert ("intranode" in e) == (mode == "deepep-normal")
+    assert e["cv"]["median_abs_pct"] < 3.0 and e["cv"]["small"]["p90_abs_pct"] < 8.0
     assert e["params"]["alpha_us"] == pytest.approx(8.0, abs=2.0)
+
+
+def test_rdma_knots_carry_the_measured_nic_share_per_node_count():
+    p = TRUE | {"rdma_frac_nominal": 1.0, "rdma_knot_nodes": [2.0, 4.0, 8.0], "rdma_knot_frac": [0.9, 0.9, 0.45]}
+    share = rdma_node_share(p, np.array([1.0, 2.0, 4.0, 8.0, 16.0]))
+    assert np.allclose(share, [0.9, 0.9, 0.9, 0.45, 0.45])  # clamped outside the measured counts
+    mid = rdma_node_share(p, 2**2.5)  # half way in log2(nodes): time per byte interpolates
+    assert 1 / mid == pytest.approx(0.5 / 0.9 + 0.5 / 0.45)
+    assert np.all(rdma_node_share(TRUE, np.array([2.0, 8.0])) == 1 / (1 + 0.1 * np.array([1.0, 7.0])))  # no knots
+
+
+def test_host_floor_hides_small_calls_and_leaves_large_ones():
+    kw = dict(rdma_bytes=0.0, nodes=1.0, experts=256.0, ep=8.0, msg_bytes=7392.0, sms=20.0, rdma_Bps=4e10, nvl_Bps=3e11)
+    tokens = np.array([16.0, 256.0, 65536.0])
+    nvl = tokens * 4.6 * 7392.0
+    plain = sum(deepep_v2_terms(TRUE, tokens=tokens, nvl_bytes=nvl, **kw))
+    floored = sum(deepep_v2_terms(TRUE | {"host_us": 250.0}, tokens=tokens, nvl_bytes=nvl, **kw))
+    assert plain[0] < 250e-6 and floored[0] == pytest.approx(250e-6)  # a host-paced loop: max(host, GPU)
+    assert plain[-1] > 250e-6 and floored[-1] == pytest.approx(plain[-1])  # GPU-bound calls unchanged
+
+
+@pytest.mark.slow  # four bounded fits (seconds)
+def test_host_floor_is_kept_only_where_the_rows_show_it():
+    d = _rows("deepep-normal", "dispatch", np.random.default_rng(2))
+    d = d[d.ep == 8].reset_index(drop=True)
+    plain = fit_deepep_v2(a2a_data(d, "deepep-normal", "dispatch"), "deepep-normal", "dispatch", PEAKS, "h200")
+    assert plain["params"]["host_us"] == 0.0
+    floored = d.assign(time_s=np.maximum(d.time_s, 250e-6))
+    e = fit_deepep_v2(a2a_data(floored, "deepep-normal", "dispatch"), "deepep-normal", "dispatch", PEAKS, "h200")
+    assert e["params"]["host_us"] == pytest.approx(250.0, rel=0.05) and e["cv"]["median_abs_pct"] < 3.0
+
+
+def test_deepep_entry_prices_single_node_calls_with_the_intranode_kernels():
+    intra = TRUE | {"alpha_us": 30.0}
+    e = {"model": S.DEEPEP_V2, "params": TRUE, "intranode": {"params": intra}}
+    kw = dict(tokens=64.0, rdma_bytes=np.array([0.0, 1e6]), nvl_bytes=np.array([3e6, 3e6]), experts=256.0,
+              ep=np.array([8.0, 16.0]), msg_bytes=7392.0, sms=20.0)  # fmt: skip
+    nodes = np.array([1.0, 2.0])
+    nominal = {"rdma": PEAKS.rdma_Bps, "nvlink": PEAKS.nvlink_Bps}
+    a, w = deepep_entry_terms(e, nodes=nodes, nominal=nominal, **kw)
+    a_main, _ = deepep_entry_terms({"params": TRUE}, nodes=nodes, nominal=nominal, **kw)
+    assert a[0] == pytest.approx(a_main[0] + 22e-6) and a[1] == pytest.approx(a_main[1])
+    slow_nic = deepep_entry_terms(e, nodes=nodes, nominal=nominal | {"rdma": PEAKS.rdma_Bps / 4}, **kw)
+    assert slow_nic[1][1] > w[1] and slow_nic[1][0] == pytest.approx(w[0])  # a NIC what-if moves internode only
 
 
 def _profile_with(comm: dict | None = None, collectives: dict | None = None) -> Profile:
@@ -122,28 +178,78 @@ def test_comm_sms_moves_prefill_step_both_ways():
     assert "comm_sms" not in estimate(**kw).config
 
 
-def _nccl_rows(rng) -> pd.DataFrame:
+NCCL_TRUE = dict(ll_us=4.0, ll_step_us=0.8, ll_bw_frac=0.03, ll128_us=5.0, ll128_step_us=0.9, ll128_bw_frac=0.4,
+                 simple_us=20.0, simple_step_us=0.5, simple_bw_frac=0.9, nvls_us=70.0, nvls_bw_frac=0.75,
+                 nvls_min_gpus=8)  # fmt: skip
+CUSTOM_TRUE = dict(oneshot_us=2.5, oneshot_peer_us=0.1, oneshot_bw_frac=0.7, twoshot_us=2.0, twoshot_peer_us=1.0,
+                   twoshot_bw_frac=0.85)  # fmt: skip
+LINK = PEAKS.nvlink_eff_Bps
+
+
+def _nccl_rows(rng, custom_cap=16 * 2**20) -> pd.DataFrame:
+    """Synthetic NCCL (fp16 and int8) and SGLang custom all-reduce rows, +-1 % noise; the custom
+    table falls back to NCCL above `custom_cap` as the engines do."""
     rows = []
-    for backend, a0, step in (("NCCL", 5.0, 1.0), ("SGLang_CustomAllReduce_graph", 1.5, 0.3)):
-        for n in (2, 4, 8):
-            for msg in 2.0 ** np.arange(9, 27, 2):
-                ring = 2 * (n - 1) / n * msg
-                a, wire = collective_terms("all_reduce", n, msg, ring, step * 1e-6, 0.8 * PEAKS.nvlink_eff_Bps)
-                t = a0 * 1e-6 + a + wire / (0.8 * PEAKS.nvlink_eff_Bps)
-                rows.append(dict(kernel="nccl_all_reduce", backend=backend, ep=n, bytes=msg, time_s=float(t),
-                                 exclude="", source=f"synthetic {backend}"))  # fmt: skip
-    d = pd.DataFrame(rows)
+    for n in (2, 4, 8):
+        for msg in 2.0 ** np.arange(9, 30):
+            ring = 2 * (n - 1) / n * msg
+            for dtype in ("fp16", "int8"):
+                a, w = nccl_proto_terms(NCCL_TRUE, "all_reduce", n, msg, ring, LINK, dtype == "fp16")
+                rows.append(dict(backend="NCCL", dtype=dtype, ep=n, bytes=msg, time_s=float(a + w)))
+            a, w = custom_ar_terms(CUSTOM_TRUE, n, msg, ring, LINK)
+            t = float(a + w) if msg <= custom_cap else rows[-2]["time_s"]
+            rows.append(dict(backend="SGLang_CustomAllReduce_graph", dtype="bf16", ep=n, bytes=msg, time_s=t))
+    d = pd.DataFrame(rows).assign(kernel="nccl_all_reduce", exclude="", source="synthetic")
     return d.assign(time_s=d.time_s * rng.uniform(0.99, 1.01, len(d)))
 
 
-def test_collective_v2_fit_recovers_alpha_growth_and_prices_custom_ar():
+def test_nccl_protocol_segments_switch_with_size_and_nvls_only_where_it_applies():
+    msg = 2.0 ** np.arange(9, 31)
+    t = {}
+    for n in (4, 8):
+        for nvls in (True, False):
+            a, w = nccl_proto_terms(NCCL_TRUE, "all_reduce", n, msg, 2 * (n - 1) / n * msg, LINK, nvls)
+            t[n, nvls] = a + w
+    assert np.all(np.diff(t[8, True]) > 0)  # more bytes never faster
+    small, large = t[8, False][0], t[8, False][-1]
+    assert small == pytest.approx((4.0 + 0.8 * 14) * 1e-6, rel=0.05)  # LL latency at 512 B
+    assert large == pytest.approx(1.75 * msg[-1] / (0.9 * LINK), rel=0.02)  # Simple bandwidth at 1 GB
+    assert t[8, True][-1] < 0.9 * large  # NVLS: 16-bit float all-reduce on the full NVSwitch domain
+    assert np.allclose(t[8, True][:8], t[8, False][:8])  # but not for small messages (its latency)
+    assert np.allclose(t[4, True], t[4, False])  # nor below nvls_min_gpus
+    slow = nccl_proto_terms(NCCL_TRUE, "all_reduce", 8, msg, 1.75 * msg, 0.5 * LINK, True)
+    assert np.all(sum(slow) > t[8, True])  # a link what-if moves every segment
+    ag = nccl_proto_terms(NCCL_TRUE, "all_gather", 8, msg, 7 / 8 * msg, LINK, True)
+    assert ag[1][-1] == pytest.approx(7 / 8 * msg[-1] / (0.9 * LINK))  # no NVLS segment for all-gather
+
+
+def test_custom_ar_one_shot_for_small_two_shot_for_large():
+    n, msg = 8.0, np.array([4096.0, 64 * 2.0**20])
+    a, w = custom_ar_terms(CUSTOM_TRUE, n, msg, 1.75 * msg, LINK)
+    assert a[0] == pytest.approx((2.5 + 0.1 * 7) * 1e-6) and w[0] == pytest.approx(7 * 4096 / (0.7 * LINK))
+    assert a[1] == pytest.approx((2.0 + 1.0 * 7) * 1e-6) and w[1] == pytest.approx(1.75 * msg[1] / (0.85 * LINK))
+
+
+@pytest.mark.slow  # leave-one-shape-out over 63 + 63 shapes (seconds)
+def test_nccl_proto_fit_recovers_segments_nvls_and_custom_switch():
     e = fit_collective_v2(_nccl_rows(np.random.default_rng(1)), "all_reduce", PEAKS, "h200", None)
-    assert e["params"]["step_us"] == pytest.approx(1.0, rel=0.2)
-    assert e["params"]["alpha_us"] == pytest.approx(5.0, rel=0.2)
+    p = e["params"]
+    assert e["model"] == S.NCCL_PROTO and p["nvls_min_gpus"] == 8
+    assert p["simple_bw_frac"] == pytest.approx(0.9, rel=0.05) and p["nvls_bw_frac"] == pytest.approx(0.75, rel=0.05)
+    assert p["ll_us"] + 14 * p["ll_step_us"] == pytest.approx(4.0 + 14 * 0.8, rel=0.1)
+    assert e["cv"]["median_abs_pct"] < 2.0 and e["cv"]["small"]["rows"] > 0 and set(e["cv"]["by_gpus"]) == {2, 4, 8}
     c = e["custom"]["SGLang_CustomAllReduce_graph"]
-    assert c["params"]["step_us"] < e["params"]["step_us"]
-    prof = _profile_with(collectives={"all_reduce": e})
-    small = sum(prof.collective_time("all_reduce", 8.0, 1024.0, 1792.0, PEAKS.nvlink_eff_Bps))
-    assert small < 5e-6  # the custom one-shot AR in CUDA graphs: a few us
-    nccl_only = _profile_with(collectives={"all_reduce": {k: v for k, v in e.items() if k != "custom"}})
-    assert sum(nccl_only.collective_time("all_reduce", 8.0, 1024.0, 1792.0, PEAKS.nvlink_eff_Bps)) > small + 3e-6
+    assert c["model"] == S.CUSTOM_AR and c["max_bytes"] == 16 * 2**20
+    assert c["params"]["oneshot_us"] == pytest.approx(2.5, rel=0.2) and c["cv"]["median_abs_pct"] < 2.0
+
+
+def test_profile_prices_custom_ar_below_its_switch_and_nccl_above():
+    nccl = {"status": "fitted", "gpu": "h200", "model": S.NCCL_PROTO, "params": NCCL_TRUE}
+    custom = {"model": S.CUSTOM_AR, "params": CUSTOM_TRUE, "max_bytes": 2**20}
+    prof = _profile_with(collectives={"all_reduce": nccl | {"custom": {"SGLang_CustomAllReduce_graph": custom}}})
+    nccl_only = _profile_with(collectives={"all_reduce": nccl})
+    msg = np.array([1024.0, 2.0**20, 2.0**21])
+    t = sum(prof.collective_time("all_reduce", 8.0, msg, 1.75 * msg, LINK))
+    t_nccl = sum(nccl_only.collective_time("all_reduce", 8.0, msg, 1.75 * msg, LINK))
+    assert t[0] < 5e-6 < t_nccl[0]  # the custom one-shot AR in CUDA graphs: a few us
+    assert t[1] < t_nccl[1] and t[2] == pytest.approx(t_nccl[2])  # NCCL above the engine's switch

@@ -31,7 +31,13 @@ from moesim.enums import Engine
 from moesim.errors import CalibrationError
 from moesim.perf import attention_eff as A
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import DEEPEP_NORMAL_SMS, by_ep_params, collective_terms, deepep_ll_sms, deepep_v2_terms
+from moesim.perf.collectives import (
+    DEEPEP_NORMAL_SMS,
+    by_ep_params,
+    collective_entry_terms,
+    deepep_entry_terms,
+    deepep_ll_sms,
+)
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
@@ -314,25 +320,13 @@ class Profile:
         e = (self.comm.get(m) or {}).get(str(op))
         if e is None or e.get("model") != S.DEEPEP_V2:
             return None
-        p = e["params"]
         if sms is None:
             sms = deepep_ll_sms(experts, self._sms) if m == "deepep-ll" else DEEPEP_NORMAL_SMS
-        nvl_live = self._nom.get("nvlink", 0.0)
-        nvl = float(p["nvlink_GBps"]) * 1e9
         nodes = np.maximum(np.asarray(ep, float) / max(self._domain, 1), 1.0)
-        return deepep_v2_terms(
-            p,
-            tokens=tokens,
-            rdma_bytes=rdma_bytes,
-            nvl_bytes=nvl_bytes,
-            nodes=nodes,
-            experts=experts,
-            ep=ep,
-            msg_bytes=msg_bytes,
-            sms=sms,
-            rdma_Bps=float(p["rdma_frac_nominal"]) * max(self._nom.get("rdma", 0.0), 1.0),
-            nvl_Bps=min(nvl, nvl_live) if nvl_live > 0 else nvl,
+        kw = dict(
+            tokens=tokens, rdma_bytes=rdma_bytes, nvl_bytes=nvl_bytes, experts=experts, ep=ep, msg_bytes=msg_bytes
         )
+        return deepep_entry_terms(e, nodes=nodes, sms=sms, nominal=self._nom, **kw)
 
     def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
         """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were
@@ -360,23 +354,14 @@ class Profile:
         return float(p[f"{link}_GBps"]) * 1e9
 
     def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
-        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `collective_v2` entry (NCCL,
-        or the engine's custom all-reduce where the message is within what it was measured at and
-        it is faster), or None (then collective_params)."""
+        """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `nccl_proto` / `collective_v2`
+        entry (NCCL, or the engine's custom all-reduce where the message is within what it was
+        measured at and it is faster), or None (then collective_params). A `nccl_proto` entry takes
+        NVLS where it applies: engines all-reduce 16-bit activations."""
         e = self.collectives.get(str(op))
-        if e is None or e.get("model") != S.COLLECTIVE_V2:
+        if e is None or e.get("model") not in S.TIMED_COLLECTIVES:
             return None
-        best = None
-        for p, cap in [(e["params"], None)] + [(c["params"], c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
-            bw = link_Bps * float(p["bw_efficiency"])
-            a, wire = collective_terms(str(op), n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
-            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
-            if best is None:
-                best = (a, w)
-                continue
-            use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
-            best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
-        return best
+        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps)
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's

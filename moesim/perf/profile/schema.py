@@ -11,8 +11,8 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
                              residual?: {file, key, axes, points, sha256}  (measured log residuals in
                              a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2, params, ...}}}
-    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta, params, ...}}
-
+    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta | collective_v2 | nccl_proto, params,
+                  custom?: {<backend>: {model: custom_ar, params, max_bytes, cv}}, ...}}
 Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
 one line naming the key and the allowed range, or every step time could turn NaN/inf.
 """
@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from moesim.errors import CalibrationError, check_number
+from moesim.perf.collectives import CUSTOM_AR, NCCL_PROTO  # noqa: F401  (model names, re-exported)
 
 SCHEMA_VERSION = 1
 KERNEL_FAMILIES = (
@@ -58,6 +59,8 @@ ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.b
 DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
 RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
 COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
+# NCCL_PROTO, CUSTOM_AR (imported): collectives.nccl_proto_terms, collectives.custom_ar_terms
+TIMED_COLLECTIVES = (COLLECTIVE_V2, NCCL_PROTO)  # models the reader prices with collective_time
 MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
 KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
 # models with a fitted per-call alpha, fitted on measured call times (imported tables, runners): the
@@ -94,6 +97,7 @@ ETA = Num(0.0, 1.0, lo_open=True)  # an efficiency, a fraction of a peak
 US = Num(0.0, 1e6)  # a time in microseconds
 GBPS = Num(0.0, 1e6, lo_open=True)
 FRAC = Num(0.0, 1.0, lo_open=True, optional=True)
+BW_FRAC = Num(0.0, 3.0, lo_open=True)  # a fitted bandwidth over the achievable link it scales
 
 # params per model: field -> allowed number (q: .inf allowed, = max)
 PARAMS = {
@@ -143,6 +147,7 @@ PARAMS = {
         "sm_token_us": US,
         "q": Num(1.0, 64.0),
         "rdma_node_decay": Num(0.0, 100.0, optional=True),
+        "host_us": US._replace(optional=True),
     },
     RING: {"alpha_us": US, "bw_efficiency": ETA},
     MLA_V2: {
@@ -157,6 +162,19 @@ PARAMS = {
         "q": Num(1.0, optional=True, inf_ok=True),
     },
     COLLECTIVE_V2: {"alpha_us": US, "step_us": US, "bw_efficiency": Num(0.0, 3.0, lo_open=True)},
+    NCCL_PROTO: {
+        **{
+            f"{k}_{f}": v
+            for k in ("ll", "ll128", "simple")
+            for f, v in (("us", US), ("step_us", US), ("bw_frac", BW_FRAC))
+        },
+        "nvls_us": US._replace(optional=True),
+        "nvls_bw_frac": BW_FRAC._replace(optional=True),
+        "nvls_min_gpus": Num(2.0, integer=True, optional=True),
+    },
+    CUSTOM_AR: {
+        f"{k}_{f}": v for k in ("oneshot", "twoshot") for f, v in (("us", US), ("peer_us", US), ("bw_frac", BW_FRAC))
+    },
 }
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
@@ -292,10 +310,11 @@ def validate(data: dict, path, hint: str = REGENERATE) -> None:
     for op, e in c.mapping(data.get("collectives"), "collectives").items():
         if op not in COLLECTIVE_OPS or not isinstance(e, dict) or not isinstance(e.get("params"), dict):
             c.fail(f"collectives.{op}: unknown op or missing params (allowed: {', '.join(COLLECTIVE_OPS)})")
-        model = COLLECTIVE_V2 if e.get("model") == COLLECTIVE_V2 else RING
+        model = e.get("model") if e.get("model") in TIMED_COLLECTIVES else RING
         c.fields(f"collectives.{op}.params", e["params"], PARAMS[model])
         for backend, ce in c.mapping(e.get("custom"), f"collectives.{op}.custom").items():
-            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[model])
+            cm = CUSTOM_AR if (ce or {}).get("model") == CUSTOM_AR else model
+            c.fields(f"collectives.{op}.custom.{backend}.params", (ce or {}).get("params") or {}, PARAMS[cm])
             c.number(
                 f"collectives.{op}.custom.{backend}.max_bytes", (ce or {}).get("max_bytes"), Num(0.0, lo_open=True)
             )
@@ -355,7 +374,9 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
         c.fail(f"{where}: needs op dispatch/combine with `params`")
     p = e["params"]
     if e.get("model") == DEEPEP_V2:
-        c.fields(f"{where}.params", p, PARAMS[DEEPEP_V2])
+        _validate_deepep(c, f"{where}.params", p)
+        if e.get("intranode") is not None:  # the single-node kernels' own params
+            _validate_deepep(c, f"{where}.intranode.params", (e["intranode"] or {}).get("params") or {})
         return
     if e.get("model") != ALPHA_BETA_BY_EP:
         c.fields(f"{where}.params", p, PARAMS[ALPHA_BETA])
@@ -370,3 +391,13 @@ def _validate_comm(c: _Checker, where: str, op, e) -> None:
     for name, spec in knots.items():
         for i, v in enumerate(p[name]):
             c.number(f"{where}.params.{name}[{i}]", v, spec)
+
+
+def _validate_deepep(c: _Checker, where: str, p: dict) -> None:
+    c.fields(where, {k: v for k, v in p.items() if not k.startswith("rdma_knot")}, PARAMS[DEEPEP_V2])
+    kn, kf = p.get("rdma_knot_nodes"), p.get("rdma_knot_frac")  # optional: per measured node count
+    if kn is not None and not (isinstance(kn, list) and isinstance(kf, list) and len(kn) == len(kf) > 0):
+        c.fail(f"{where}: rdma_knot_nodes / rdma_knot_frac must be equal-length lists")
+    for i, (nd, f) in enumerate(zip(kn or [], kf or [])):
+        c.number(f"{where}.rdma_knot_nodes[{i}]", nd, Num(1.0))
+        c.number(f"{where}.rdma_knot_frac[{i}]", f, Num(0.0, 1.0, lo_open=True))
