@@ -114,3 +114,13 @@ def test_cv_block_reports_the_decode_sized_subset():
     assert cv["small"]["rows"] == 2
     assert cv["small"]["median_abs_pct"] == pytest.approx(1.5)
     assert cv["small"]["p90_abs_pct"] <= 2.0
+
+
+def test_expert_map_local_experts_are_balanced():
+    shape = dict(LAYER, tokens=np.array([1.0, 64.0]), ep=8.0)
+    gb, _ = moe_parts("bf16", {**shape, "routing": "balanced"})
+    ge, _ = moe_parts("bf16", {**shape, "routing": "expert_map"})
+    assert np.allclose(gb[0][6], ge[0][6])  # touched experts: min(local, pairs), not the random expectation
+    tb = model_time(S.WAVES, "moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "balanced"})
+    te = model_time(S.WAVES, "moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "expert_map"})
+    assert np.allclose(tb, te)

@@ -13,6 +13,8 @@ from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
 GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
+# routings whose local experts get an even spread (the measured tables'): expert_map adds remote rows
+BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
 
@@ -80,7 +82,7 @@ def moe_rows(shape: dict):
     pairs = tokens * topk / ep
     if shape.get("routing") == "rank0_clamped":
         pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
-    elif shape.get("routing") == "balanced":
+    elif shape.get("routing") in BALANCED_LOCAL:
         touched = np.minimum(local, np.maximum(pairs, 1.0))
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
@@ -163,7 +165,7 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
 
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
-    if routing == "balanced":
+    if routing in BALANCED_LOCAL:
         return None
     if routing == "rank0_clamped":
         args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
