@@ -35,6 +35,13 @@ SHAPE_KEYS = {
 }
 SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
+# fused-MoE backends whose aiconfigurator collector times EP rank 0 with the remote experts' picks
+# clamped to expert 0 and computed there (collector/sglang/collect_moe.py; the times do not halve
+# from ep 1 to ep 2): priced with routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows)
+RANK0_CLAMPED = frozenset({"sglang_fused_moe_triton"})
+# vLLM's Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros
+# (collector/vllm/collect_moe.py determine_expert_map): routing "expert_map"
+EXPERT_MAP = frozenset({"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts"})
 # (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds and starts of the waves_v1 fit
 WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
@@ -49,6 +56,10 @@ def _shape_of(d: pd.DataFrame, family: str) -> dict:
         out["groups"] = np.where(np.isfinite(out["groups"]), out["groups"], 1.0)
     if family == "moe":  # measured tables route evenly (excluded otherwise); absent tp / ep: 1
         out["routing"] = "balanced"
+        if len(d) and set(d.backend) <= RANK0_CLAMPED:  # the collector's rank-0 workload (perf.profile.work)
+            out["routing"] = "rank0_clamped"
+        if len(d) and set(d.backend) <= EXPERT_MAP:
+            out["routing"] = "expert_map"
         for c in ("tp", "ep"):
             v = out.get(c, np.ones(len(d)))
             out[c] = np.where(np.isfinite(v), v, 1.0)
@@ -112,6 +123,8 @@ def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:
     out["decode_rows"] = int(small.sum())
     out["decode_median_abs_pct"] = _r(np.median(e[small]), 3) if small.any() else None
     out["decode_p90_abs_pct"] = _r(np.percentile(e[small], 90), 3) if small.any() else None
+    # the attention fits' form (fit.attention.cv_block): the acceptance's decode-sized subset
+    out["small"] = {k: out[f"decode_{k}"] for k in ("rows", "median_abs_pct", "p90_abs_pct")}
     return out
 
 

@@ -13,6 +13,8 @@ from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
 GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
+# routings whose local experts get an even spread (the measured tables'): expert_map adds remote rows
+BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
 
@@ -70,18 +72,65 @@ def moe_rows(shape: dict):
     E_local (1 - (1 - topk / E)^tokens) (moesim.workload.ffn.expected_active_slots, the
     workload's); routing = "balanced" (the measured tables' even spread: aiconfigurator's
     balanced / uniform rows, whose times step with min(E_local, pairs), not with the random
-    expectation) min(E_local, pairs)."""
+    expectation) min(E_local, pairs); routing = "rank0_clamped": the pairs the collector's
+    rank-0 kernel really computes (rank0_clamped_rows)."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
     experts, topk = np.asarray(shape["experts"], float), np.asarray(shape["topk"], float)
     local = experts / ep
     pairs = tokens * topk / ep
-    if shape.get("routing") == "balanced":
+    if shape.get("routing") == "rank0_clamped":
+        pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
+    elif shape.get("routing") in BALANCED_LOCAL:
         touched = np.minimum(local, np.maximum(pairs, 1.0))
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
+
+
+def _rank0_counts(t, e, k, ep):
+    """(rank-0 tokens, rank-0 local picks) of distinct (T, E, topk, ep) rows under the collector's
+    balanced_logits: token i picks (i + j s) mod E (T >= s; floor((i s / T + j s) mod E) below),
+    s = ceil(E / topk), j < topk; picks repeat with period E in i, so token i < E stands for
+    floor(T / E) + [i < T mod E] tokens. Vectorized over [rows, i < max E, j < max topk]."""
+    s, local = np.ceil(e / k)[:, None, None], (e / ep)[:, None, None]
+    i = np.arange(int(e.max()), dtype=float)[None, :, None]
+    j = np.arange(int(k.max()), dtype=float)[None, None, :]
+    t3, e3 = t[:, None, None], e[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        small = np.floor(np.mod(i * s / t3 + j * s, e3))
+    picks = np.where(t3 >= s, np.mod(i + j * s, e3), small)
+    hit = (picks < local) & (j < k[:, None, None])
+    weight = np.floor(t / e)[:, None] + (i[:, :, 0] < np.mod(t, e)[:, None])
+    weight = np.where(i[:, :, 0] < e[:, None], weight, 0.0)
+    return (weight * hit.any(axis=2)).sum(axis=1), (weight * hit.sum(axis=2)).sum(axis=1)
+
+
+def rank0_clamped_rows(tokens, experts, topk, ep):
+    """(computed pairs, hot expert rows, touched experts) of the fused-MoE kernel the aiconfigurator
+    collector times on EP rank 0 (collector/helper.py balanced_logits and build_rank0_local_workload;
+    collector/sglang/collect_moe.py clamps the -1 ids of remote experts to expert 0 for the Triton
+    kernel): rank 0 owns experts [0, E / ep) and runs every token with a pick there with ALL its
+    topk picks (_rank0_counts). Its real local picks spread evenly over min(E / ep, picks) experts;
+    the remote picks all land on expert 0, the hot expert. ep = 1 is the balanced layer."""
+    t, e, k, ep = np.broadcast_arrays(*(np.asarray(v, float) for v in (tokens, experts, topk, ep)))
+    key = np.stack([a.ravel() for a in (t, e, k, ep)], axis=1)
+    u, inv = np.unique(key, axis=0, return_inverse=True)
+    rank0, hits = (v[inv.ravel()].reshape(t.shape) for v in _rank0_counts(*u.T))
+    computed = rank0 * k
+    touched = np.maximum(np.minimum(e / ep, hits), 1.0)
+    hot = hits / touched + (computed - hits)
+    return computed, hot, touched
+
+
+def rank0_tile_padding(tokens, experts, topk, ep, bm):
+    """MMA rows per computed row of the rank0_clamped workload: (touched - 1) cold experts of
+    ceil(real / touched / bm) tiles and one hot expert of ceil(hot / bm) tiles, times bm."""
+    computed, hot, touched = rank0_clamped_rows(tokens, experts, topk, ep)
+    cold = np.maximum(computed - hot, 0.0) / np.maximum(touched - 1.0, 1.0)
+    tiles = (touched - 1.0) * np.ceil(cold / bm - 1e-9) + np.ceil(hot / bm - 1e-9)
+    return np.maximum(tiles * bm / np.maximum(computed, 1e-9), 1.0)
 
 
 def moe_parts(dtype: str, shape: dict):
@@ -98,7 +147,30 @@ def moe_parts(dtype: str, shape: dict):
     for n, k in ((2.0 * inter, hidden), (hidden, inter)):
         F, b_in, b_out = E.gemm_work(mg, n, k, touched, ib, 2.0)
         parts.append((F, b_in, b_out, mg, n, k, touched))
-    return parts, pairs * inter * (ACT_READ_BYTES + ib)
+    return parts, pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+
+
+def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
+    """Streamed bytes of the token-expert rows a rank holds no expert for, under routing =
+    "expert_map" (vLLM's fused_experts with an expert_map, EP without a dispatch: every rank gets
+    all T tokens, moe_align_block_size maps remote experts to -1 and the Triton kernel's blocks of
+    expert -1 write zeros, fused_moe.py `write_zeros_to_output`): each remote row still writes its
+    up (2 n) and down (hidden) BF16 outputs, goes through SiLU & mul and is read by the top-k sum.
+    0 for every other routing."""
+    if shape.get("routing") != "expert_map":
+        return 0.0
+    remote = np.asarray(shape["tokens"], float) * np.asarray(shape["topk"], float) - pairs
+    return np.maximum(remote, 0.0) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
+
+
+def _moe_tile_padding(shape: dict, mg):
+    routing = shape.get("routing")
+    if routing in BALANCED_LOCAL:
+        return None
+    if routing == "rank0_clamped":
+        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
+        return rank0_tile_padding(*args, E.gemm_block_m(mg))
+    return E.routed_tile_padding(mg)
 
 
 def waves_parts(family: str, dtype: str, sms, shape: dict):
@@ -107,8 +179,9 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     ib = E.dtype_bytes(dtype, 1.0)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
-        # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil
-        pad = None if shape.get("routing") == "balanced" else E.routed_tile_padding(gemms[0][3])
+        # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
+        # rank0_clamped: exact tiles of the cold experts and the hot expert 0
+        pad = _moe_tile_padding(shape, gemms[0][3])
     else:
         _need(family, shape, ("m", "n", "k"))
         gemms = [(None, None, None, shape["m"], shape["n"], shape["k"], _groups(shape))]
