@@ -17,7 +17,7 @@ pass, lam requests/s) of duration D, a decode step of t_d and a accepted tokens 
     steps  = (1 - u) / t_d          (prefill-priority)    decode steps per second a request sees
            = n_p + (1 - u) / t_d    (fused: its prefill-carrying steps advance decode too)
     TPOT   = 1 / (a x steps)
-    TTFT   = W + ceil(ISL / budget) x D                   the prompt's own passes
+    TTFT   = W + max(1, ISL / budget) x D                 the prompt's own passes
     W      = R / (1 - u)                                  M/G/1 non-preemptive priority, prefill the
                                                           high class (Cobham 1954): R = mean
                                                           residual of the pass in flight
@@ -102,7 +102,9 @@ def _rates(lam, p: Prices, isl, osl, n):
     residual = 0.5 * (ug * p.D + np.minimum(busy, 1.0 - ug) * p.t_d)
     with np.errstate(divide="ignore", invalid="ignore"):
         wait = np.where(ug < 1.0, residual / (1.0 - ug), np.inf)
-    own = np.ceil(isl / p.budget - 1e-9) * p.D
+    # a prompt longer than the budget takes ISL / budget passes of D, the last one partial
+    # (proportional to its tokens: between that and ceil(ISL / budget) full passes)
+    own = np.maximum(1.0, isl / p.budget) * p.D
     return wait + own, tpot, u, wait, own
 
 
