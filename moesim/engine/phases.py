@@ -68,6 +68,12 @@ def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, 
                   set=list(set or []))  # fmt: skip
     engine = common.get("engine") or DEFAULT_ENGINE
     notes = list(dict.fromkeys(d.notes + r.notes)) + [load_note(engine, request_rate), _summary(v)]
+    if not v["stable"][0]:
+        notes.append(
+            f"unstable: {request_rate:g} requests/s is more than this deployment serves (prefill share "
+            f"{float(v['prefill_share'][0]) * 100:.0f}%, {float(v['decode_batch'][0]):,.0f} requests would decode at "
+            f"once, batch {c['batch']:g}); the queue grows without bound: TTFT and TPOT infinite"
+        )
     mem = dict(d.memory, activation_bytes=float(v["activation_bytes"][0]), total_bytes=float(v["total_bytes"][0]),
                fits=bool(v["fits"][0]))  # fmt: skip
     ops = _mixed_ops(r, 1.0 - min(float(v["prefill_share"][0]), 1.0))

@@ -155,7 +155,7 @@ def _values(grid, evs, sol: S.Solution, tokens, lengths, engine, request_rate, g
         "ttft_queue_s": np.where(ok, sol.wait_s, np.inf),
         "ttft_prefill_s": sol.own_s,
         "decode_batch": sol.decode_batch,
-        "request_rate_per_s": np.where(ok, sol.lam, np.nan) * grid.dp,
+        "request_rate_per_s": sol.lam * grid.dp,  # offered (open loop) or solved (closed loop)
         "concurrency": np.where(ok, sol.lam * (ttft + osl * tpot), np.nan),
         "stable": ok,
         "scheduler": np.full(n, S.scheduler_name(engine), dtype=object),
