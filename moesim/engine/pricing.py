@@ -85,7 +85,8 @@ def _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode, chu
     imb, notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode)
     if chunk is None or not imb or "experts" not in imb:
         return imb, notes
-    all_tokens = replace(grid, batch=grid.batch + np.asarray(chunk[0], float) / grid.q_len)
+    moe_tokens = np.asarray(chunk[2] if len(chunk) > 2 else chunk[0], float)
+    all_tokens = replace(grid, batch=grid.batch + moe_tokens / grid.q_len)
     imb2, notes2 = imbalance_factors(model, hw, all_tokens, phase, expert_skew, "fixed", cost_mode)
     return {**imb, **{k: v for k, v in imb2.items() if k.startswith("experts")}}, notes2 + notes[len(notes2) :]
 
@@ -116,7 +117,8 @@ def evaluate_grid(
     chunk=None,
 ):
     """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`).
-    chunk: (prefill tokens per DP group, prompt length) fused into each decode pass (`evaluate`)."""
+    chunk: (prefill tokens per DP group, prompt length[, mean prefill tokens through the experts])
+    fused into each decode pass (`moesim.workload.build`)."""
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
     imb, imb_notes = _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value, chunk)

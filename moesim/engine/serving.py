@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.engine import scheduler as S
+from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid
 from moesim.enums import DEFAULT_ENGINE, Overlap, Phase
 from moesim.errors import ConfigError, is_positive_number
@@ -70,14 +71,21 @@ class Served:
     budget: np.ndarray
 
 
-def _price(model, hw, grid, batch, T, isl, is_fused, overlap, kw):
-    """(decode Evaluation, prefill-carrying pass Evaluation, notes) at decode batch and T tokens."""
+def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, kw):
+    """(decode Evaluation, prefill-carrying pass Evaluation, notes) at the decode batch with
+    chunk = (T prompt tokens on a prefilling rank, mean prompt tokens per rank through the experts).
+    SGLang without DP lock step: a prefill pass of its own; otherwise one decode-phase pass carrying
+    the chunk (fused engines; SGLang DP ranks decoding while one prefills, on DeepEP normal as
+    SGLang's auto mode picks it when any rank extends)."""
     g = replace(grid, batch=batch)
+    T, mean = chunk
     dec, n1 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, **kw)
-    if is_fused:
-        pas, n2 = evaluate_grid(
-            model, hw, g, phase=Phase.DECODE, overlap=overlap, chunk=(T, np.full(g.size, isl)), **kw
-        )
+    if S.fused(kw.get("engine", DEFAULT_ENGINE)) or np.any(lockstep > 1):
+        pkw = dict(kw)
+        if not S.fused(kw.get("engine", DEFAULT_ENGINE)) and kw.get("comm") is None:
+            pkw["comm"] = default_comm(Phase.PREFILL)
+        ch = (T, np.full(g.size, isl), mean)
+        pas, n2 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, chunk=ch, **pkw)
     else:
         pas, n2 = evaluate_grid(model, hw, prefill_grid(g, T, isl), phase=Phase.PREFILL,
                                 overlap=prefill_overlap(overlap), **kw)  # fmt: skip
@@ -92,27 +100,30 @@ def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, r
     engine = kw.get("engine", DEFAULT_ENGINE)
     is_fused = S.fused(engine)
     cap = grid.batch
-    base = S.default_budget_tokens(engine, hw.memory_bytes, grid.dp) if chunk_tokens is None else None
-    budget_total = np.full(grid.size, float(chunk_tokens)) if base is None else base
-    budget_total = np.maximum(budget_total, 1.0)
+    lockstep = grid.dp if model.is_moe else np.ones(grid.size)  # DP ranks sharing the MoE layers
+    total = S.default_budget_tokens(engine, hw.memory_bytes, grid.dp) if chunk_tokens is None else None
+    total = np.maximum(np.full(grid.size, float(chunk_tokens)) if total is None else total, 1.0)
     ub = micro_batches(Overlap(overlap).value) if overlap else 1
-    batch = cap.copy()
-    T = np.minimum(isl, _budget(budget_total, batch, grid, is_fused))
+    batch, k = cap.copy(), np.ones(grid.size)
+    T = np.minimum(isl, _budget(total, batch, grid, is_fused))
     first = None
     for _ in range(ROUNDS):
-        dec, pas, notes = _price(model, hw, grid, batch, T, isl, is_fused, overlap, kw)
+        dec, pas, notes = _price(model, hw, grid, batch, (T, T * k / lockstep), isl, lockstep, overlap, kw)
         first = first or dec  # priced at the batch given: the memory footprint
-        T_priced, budget = T, _budget(budget_total, batch, grid, is_fused)
-        prices = S.Prices(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused)
+        T_priced, k_priced, budget = T, k, _budget(total, batch, grid, is_fused)
+        prices = S.Prices(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused,
+                          lockstep)  # fmt: skip
         if request_rate is None:
             sol = S.solve(prices, isl, osl, concurrency=cap)
         else:
             sol = S.solve(prices, isl, osl, rate=float(request_rate) / grid.dp)
         batch = np.minimum(np.maximum(sol.decode_batch, np.minimum(cap, ub)), cap)
-        T = np.minimum(sol.next_T, _budget(budget_total, batch, grid, is_fused))
+        T = np.minimum(sol.next_T, _budget(total, batch, grid, is_fused))
+        k = sol.ranks_prefilling
     if request_rate is not None:  # more requests decoding than the engine runs: the queue grows
         sol.stable = sol.stable & (sol.decode_batch <= cap * (1 + 1e-9))
     vals = _values(grid, (dec, pas), sol, (T_priced, budget), (isl, osl), engine, request_rate, hw.gpus_per_node)
+    vals["prefill_ranks_per_pass"] = k_priced
     pre_act = memory(model, hw, prefill_grid(grid, T_priced, isl), Phase.PREFILL, pas.comm).activation_bytes
     _memory_values(vals, first, pre_act)
     return Served(vals, notes, dec, pas, sol, budget)

@@ -52,20 +52,24 @@ def build(
     chunk=None,
 ) -> Workload:
     """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20). `chunk`:
-    (prefill tokens per DP group, prompt length), arrays like the grid, fused into each decode
-    pass (vLLM V1 / TRT-LLM chunked prefill): one forward pass over decode + prefill tokens, whose
-    GEMMs, experts and all-to-all carry all tokens (weights read once) and whose attention is per
-    request (`attention_ops`)."""
+    (prefill tokens per DP group, prompt length[, prefill tokens per DP group through the experts])
+    arrays like the grid, fused into each decode pass (vLLM V1 / TRT-LLM chunked prefill): one
+    forward pass over decode + prefill tokens, whose GEMMs, experts and all-to-all carry all tokens
+    (weights read once) and whose attention is per request (`attention_ops`). The third item, when
+    the DP ranks carry unequal chunks (only some prefill in a lock-step pass), is the mean over
+    the ranks: the experts see the mean, the slowest rank's attention the first item."""
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
     t, b_req = tokens(grid, phase, micro_batches)
     ch, t_all, t_lm = None, t, (b_req if prefill else t)
+    t_moe = t
     if chunk is not None and not prefill:
         ct = np.asarray(chunk[0], float) / micro_batches
         seqs = ct / np.asarray(chunk[1], float)  # prompts (or parts of one) in the chunk
         ch = (ct, np.maximum(seqs, np.where(ct > 0, 1.0 / micro_batches, 0.0)), chunk[1])
         t_all, t_lm = t + ct, t + seqs  # a prompt's last token needs its logits
+        t_moe = t + (np.asarray(chunk[2], float) / micro_batches if len(chunk) > 2 else ct)
     kw = dict(
         t=t, b_req=b_req, q_len=np.where(prefill, 1.0, grid.q_len), context=grid.context, tp=grid.tp, prefill=prefill
     )
@@ -76,7 +80,7 @@ def build(
         moe = attention_ops(model, **kw, chunk=ch) + moe_ops(
             model,
             hw,
-            t=t_all,
+            t=t_moe,
             tp=grid.tp,
             dp=grid.dp,
             ep=grid.ep,

@@ -30,8 +30,11 @@ def _grid(batches, mtp=(0,), tp=8, ep=8, dp=1, context=4096.0):
 
 
 def _one_pass(m, h, grid, isl):
-    """One prefill pass of the whole prompt (phase prefill, ISL tokens, causal over ISL)."""
-    g = Grid.product(tp=grid.tp[:1], dp=grid.dp[:1], ep=grid.ep[:1], moe_tp=[1], batch=[isl], context=[isl], mtp=[0],
+    """One prefill pass of the whole prompt (phase prefill, ISL tokens, causal over ISL). With DP
+    attention the prompt is one rank's: its lower bound spreads its tokens over the DP ranks (the
+    experts' load of the lock-step pass, less attention than the prefilling rank does)."""
+    dp = float(grid.dp[0])
+    g = Grid.product(tp=grid.tp[:1], dp=[dp], ep=grid.ep[:1], moe_tp=[1], batch=[isl / dp], context=[isl], mtp=[0],
                      acceptance=[0.8], redundant=[0])  # fmt: skip
     ev, _ = evaluate_grid(m, h, g, phase=Phase.PREFILL)
     return float(ev.values["step_time_s"][0])
@@ -41,14 +44,18 @@ ENGINES = st.sampled_from(["sglang", "vllm", "trtllm"])
 LENGTHS = st.tuples(st.sampled_from([256.0, 1024.0, 3000.0, 8192.0]), st.sampled_from([128.0, 1000.0, 8192.0]))
 
 
+LAYOUTS = st.sampled_from([(8, 1, 8), (1, 8, 8)])  # (tp, dp, ep): TP8, and DP attention on 8 ranks
+
+
 @FAST
-@given(engine=ENGINES, lengths=LENGTHS, mtp=st.sampled_from([0, 1]))
-def test_ttft_and_tpot_bounds_and_littles_law(engine, lengths, mtp):
+@given(engine=ENGINES, lengths=LENGTHS, mtp=st.sampled_from([0, 1]), layout=LAYOUTS)
+def test_ttft_and_tpot_bounds_and_littles_law(engine, lengths, mtp, layout):
     """TTFT >= one prefill pass of the prompt; TPOT >= the decode step; closed loop:
     throughput x (TTFT + OSL x TPOT) = concurrency (Little's law)."""
     m, h = _specs()
     isl, osl = lengths
-    g = _grid([1, 3, 16, 64], mtp=(mtp,), context=isl + osl / 2)
+    tp, dp, ep = layout
+    g = _grid([1, 3, 16, 64], mtp=(mtp,), context=isl + osl / 2, tp=tp, dp=dp, ep=ep)
     v = serve(m, h, g, isl=isl, osl=osl, engine=engine).values
     assert v["stable"].all()
     assert (v["ttft_s"] >= _one_pass(m, h, g, isl) * (1 - 1e-9)).all()
@@ -146,3 +153,14 @@ def test_scheduler_closed_forms_by_hand():
     busy = -np.expm1(-lam * 100 * sol.tpot_s[0])
     assert sol.ttft_s[0] == pytest.approx((u * 0.1 + min(busy, 1 - u) * 0.01) / 2 / (1 - u) + 0.1)
     assert S.default_budget_tokens("sglang", 141e9, np.array([8.0]))[0] == 1024  # 8192 over 8 DP ranks
+
+
+def test_dp_lock_step_interrupts_more():
+    """Same passes, the DP ranks in lock step: every rank's prefill holds the others, so a
+    decoding request sees more interruptions (TPOT up) and as many passes of its own (TTFT up)."""
+    p1 = S.Prices(np.array([0.02]), np.array([0.05]), np.array([512.0]), np.array([512.0]), np.array([1.0]), False)
+    p8 = S.Prices(p1.t_d, p1.D, p1.T, p1.budget, p1.a, False, np.array([8.0]))
+    one, eight = (S.solve(p, 2000.0, 500.0, rate=0.5) for p in (p1, p8))
+    assert eight.tpot_s[0] > one.tpot_s[0] and eight.ttft_s[0] >= one.ttft_s[0]
+    assert eight.any_share[0] == pytest.approx(1 - (1 - one.u[0]) ** 8)
+    assert 1.0 <= eight.ranks_prefilling[0] <= 8.0
