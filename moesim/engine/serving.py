@@ -7,10 +7,12 @@ Every forward pass is priced by the one evaluation path (`evaluate_grid`), so we
 once per pass, never per token:
 
 * the decode step at the batch of requests decoding (context = the mean KV length);
-* SGLang: a prefill pass of T prompt tokens (phase prefill, batch T, context ISL: causal attention
-  over the prompt), T = the prompts waiting when the pass starts, up to the chunk;
-* vLLM / TRT-LLM: ONE decode-phase pass carrying the decode tokens plus T prefill tokens
-  (`chunk=` of the workload: GEMMs, experts and all-to-all over all tokens, attention per request).
+* SGLang on one DP group: a prefill pass of T prompt tokens (phase prefill, batch T, context ISL:
+  causal attention over the prompt), T = the prompts waiting when the pass starts, up to the chunk;
+* vLLM / TRT-LLM, and SGLang with DP attention (the DP ranks' passes in lock step): ONE
+  decode-phase pass carrying the decode tokens plus T prefill tokens on a prefilling rank (`chunk=`
+  of the workload: GEMMs, experts and all-to-all over all tokens, attention per request; the
+  experts see the mean over the ranks, k T / dp with k ranks prefilling).
 
 The decode batch and T depend on the load and the load on the step times: a few fixed-point
 rounds re-price them (`ROUNDS`); within a round the scheduler's closed forms are exact.
