@@ -76,7 +76,7 @@ def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, 
         )
     mem = dict(d.memory, activation_bytes=float(v["activation_bytes"][0]), total_bytes=float(v["total_bytes"][0]),
                fits=bool(v["fits"][0]))  # fmt: skip
-    ops = _mixed_ops(r, 1.0 - min(float(v["prefill_share"][0]), 1.0))
+    ops = _mixed_ops(r, 1.0 - float(v["prefill_pass_share"][0]))
     return EstimateResult(d.model, d.hardware, config, v, ops, mem, notes)
 
 

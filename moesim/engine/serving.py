@@ -146,6 +146,7 @@ def _values(grid, evs, sol: S.Solution, tokens, lengths, engine, request_rate, g
     (dec, pas), (T, budget) = evs, tokens
     (isl, osl), a, tp = lengths, grid.tokens_per_step, grid.tp
     td, D, u = _f(dec, "step_time_s"), _f(pas, "step_time_s"), np.minimum(sol.u, 1.0)
+    U = np.minimum(np.maximum(sol.any_share, u), 1.0)  # passes in which any (lock-step) rank prefills
     ok = sol.stable
     tpot, ttft = np.where(ok, sol.tpot_s, np.inf), np.where(ok, sol.ttft_s, np.inf)
     out_rate = np.where(ok, sol.lam * osl, np.nan)  # output tokens/s per DP group
@@ -158,12 +159,13 @@ def _values(grid, evs, sol: S.Solution, tokens, lengths, engine, request_rate, g
         "tokens_per_s_per_gpu": out_rate / tp,
         "tokens_per_s_per_node": out_rate / tp * gpus_per_node,
         "input_tokens_per_s_per_gpu": np.where(ok, sol.lam * isl, np.nan) / tp,
-        "mfu": (1.0 - u) * _f(dec, "mfu") + u * _f(pas, "mfu"),
+        "mfu": (1.0 - U) * _f(dec, "mfu") + U * _f(pas, "mfu"),
         "accepted_tokens_per_step": a,
         "decode_step_time_s": td,
         "prefill_chunk_time_s": D,
         "prefill_chunk_tokens": np.asarray(T, float) * np.ones(n),
-        "prefill_share": u,
+        "prefill_share": u,  # of this rank's time
+        "prefill_pass_share": U,  # of the time, passes carrying prefill on any DP rank
         "prefill_budget_tokens": budget,
         "ttft_queue_s": np.where(ok, sol.wait_s, np.inf),
         "ttft_prefill_s": sol.own_s,
@@ -176,7 +178,7 @@ def _values(grid, evs, sol: S.Solution, tokens, lengths, engine, request_rate, g
         "moe_layer_time_s": _f(dec, "moe_layer_time_s"),
         "dense_layer_time_s": _f(dec, "dense_layer_time_s"),
         "bottleneck": np.where(
-            u < 0.5, np.asarray(dec.values["bottleneck"], object), np.asarray(pas.values["bottleneck"], object)
+            U < 0.5, np.asarray(dec.values["bottleneck"], object), np.asarray(pas.values["bottleneck"], object)
         ),  # fmt: skip
         "overlap": np.asarray(dec.values["overlap"], object),
         "prefill_overlap": np.asarray(pas.values["overlap"], object),

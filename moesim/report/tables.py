@@ -99,7 +99,7 @@ def _mixed_lines(cfg, f) -> list[str]:
         f"{U.fmt_time(f('ttft_prefill_s'))})",
         f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {f('request_rate_per_s'):,.3g} "
         f"requests/s, {f('concurrency'):,.3g} concurrent/DP group, decode batch {f('decode_batch'):,.3g}, "
-        f"prefill {f('prefill_share') * 100:.1f}% of the time",
+        f"prefill {f('prefill_share') * 100:.1f}% of the time (any DP rank: {f('prefill_pass_share') * 100:.1f}%)",
     ]
 
 
