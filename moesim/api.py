@@ -14,9 +14,8 @@ from moesim.analyses.plan import plan
 from moesim.analyses.sweep import sweep
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.estimate import DEFAULTS, EstimateResult, estimate_step
-from moesim.engine.phases import estimate
+from moesim.engine.phases import estimate, estimate_mixed
 from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
-from moesim.engine.serving import estimate_mixed
 from moesim.enums import Engine
 from moesim.grid.layout import resolve_parallel
 from moesim.specs import load_hardware, load_model

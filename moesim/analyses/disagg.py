@@ -15,8 +15,10 @@ For a workload (ISL input and OSL output tokens per request) and SLOs (TTFT, TPO
 3. rate matching: prefill serves pre / ISL requests/s per GPU, decode finishes dec / OSL, so
    P:D (GPUs) = (dec / OSL) / (pre / ISL) and the system makes dec / (1 + P:D) output tokens/s per
    GPU (both pools counted). Whole instances: the best (n_prefill, n_decode) up to max_instances.
-4. aggregated comparison: the best `mixed` phase deployment (decode + chunked prefill in each
-   step) over the decode axes under the same TTFT/TPOT targets.
+4. aggregated comparison: the best `mixed` phase deployment over the decode axes under the same
+   TTFT/TPOT targets: the engine's scheduler (`moesim.engine.scheduler`: SGLang prefill-priority
+   chunked prefill, vLLM / TRT-LLM fused chunked prefill) at the decode batch as concurrency
+   (closed loop), prefill tokens per pass `chunk_tokens` (default: the engine's).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def disagg(
     compare_aggregated=True,
     max_instances=64,
     progress=None,
+    chunk_tokens=None,
 ) -> DisaggResult:
     """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds)."""
     isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
@@ -148,7 +151,8 @@ def disagg(
     mix = agg = None
     speedup = float("nan")
     if compare_aggregated:
-        mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, isl, osl, max_ttft_s, max_tpot_s, common)
+        mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl), (max_ttft_s, max_tpot_s),
+                               dict(common, chunk_tokens=chunk_tokens))  # fmt: skip
         agg = _best_row(mix)
         if agg is None:
             notes.append("no aggregated (mixed) configuration meets both targets")
@@ -229,13 +233,15 @@ def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
     return dec
 
 
-def _aggregated_pool(m, hd, axes, isl, osl, max_ttft_s, max_tpot_s, common):
-    """The `mixed` phase (decode + chunked prefill per step) under both targets, and slo_ok."""
+def _aggregated_pool(m, hd, axes, lengths, targets, common):
+    """The `mixed` phase (aggregated serving, closed loop at the batch) under both targets, and slo_ok."""
+    (isl, osl), (max_ttft_s, max_tpot_s) = lengths, targets
     aax = normalize_axes(axes or DEFAULT_DECODE_AXES)
     aax.pop("phase", None)
     aax.setdefault("context", [isl + osl / 2.0])
     mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)
-    mix["slo_ok"] = mix["valid"] & mix["fits"] & (mix["tpot_s"] <= max_tpot_s) & (mix["ttft_s"] <= max_ttft_s)
+    ok = mix["valid"] & mix["fits"] & (mix["tpot_s"] <= max_tpot_s) & (mix["ttft_s"] <= max_ttft_s)
+    mix["slo_ok"] = ok & mix["stable"].fillna(False).astype(bool) if "stable" in mix else ok
     return mix
 
 

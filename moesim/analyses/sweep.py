@@ -20,6 +20,7 @@ import numpy as np
 from moesim.analyses.sweep_block import Run, evaluate_block
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.pricing import resolve_specs
+from moesim.engine.serving import check_inputs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
@@ -122,6 +123,8 @@ def sweep(
     progress=None,
     profile=None,
     require_valid=False,
+    chunk_tokens=None,
+    request_rate=None,
 ):
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
@@ -131,7 +134,10 @@ def sweep(
     acceptance, redundant (numeric) and hardware, phase, overlap, comm (categorical); no numeric
     axis -> the DeepSeek-V3 space `DEFAULT_AXES` (prefill-only: batch `DEFAULT_PREFILL_BATCH`). ep (or dp) missing is derived: ep = tp x dp / moe_tp.
     cost_mode: "calibrated" (default) | "roofline" | "measured"; engine: "sglang" (default) | "trtllm" |
-    "vllm", whose calibration profile prices the kernels (the `engine` column). mixed needs isl and osl (tokens).
+    "vllm", whose calibration profile prices the kernels (the `engine` column) and, for mixed, the scheduler.
+    mixed needs isl and osl (tokens); chunk_tokens: prefill tokens per forward pass (default: the
+    engine's); request_rate: requests/s per deployment (open loop; default: closed loop, batch =
+    concurrent requests per DP group).
     filters / keywords: min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (seconds), only_fits —
     a metric filter drops rows where the metric is defined and violates it; only_fits keeps valid rows
     that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
@@ -161,6 +167,7 @@ def sweep(
     hw_list, phases, overlaps, comms = _categoricals(ax, st["hardware"], st["phase"])
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
+        check_inputs(st["isl"], st["osl"], chunk_tokens, request_rate)
     if st["defaulted"] and all(p == Phase.PREFILL for p in phases):
         ax["batch"] = list(DEFAULT_PREFILL_BATCH)
 
@@ -181,6 +188,8 @@ def sweep(
         chunk_size,
         profile,
         {"done": 0, "total": total, "cb": progress},
+        chunk_tokens,
+        request_rate,
     )
     frames, notes = [], []
     for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms):

@@ -32,6 +32,8 @@ class Run:
     chunk_size: int
     profile: object
     state: dict  # progress: done, total, cb
+    chunk_tokens: object = None  # mixed: prefill tokens per pass (None: the engine's default)
+    request_rate: object = None  # mixed: requests/s per deployment (None: closed loop at batch)
 
 
 def evaluate_block(m, h, g, derived_reason, phase, overlap, comm, run: Run):
@@ -93,7 +95,8 @@ def _evaluate_rows(m, h, g, idx, phase, overlap, comm, run: Run):
             engine=run.engine,
         )
         if phase == Phase.MIXED:
-            vals, nts = evaluate_mixed(m, h, g.take(sel), isl=run.isl, osl=run.osl, **kw)
+            vals, nts = evaluate_mixed(m, h, g.take(sel), isl=run.isl, osl=run.osl, chunk_tokens=run.chunk_tokens,
+                                       request_rate=run.request_rate, **kw)  # fmt: skip
         else:
             ev, nts = evaluate_grid(m, h, g.take(sel), phase=phase, **kw)
             vals = ev.values

@@ -44,6 +44,11 @@ HELP = {
     "context_dist": "fixed | exp | lognormal:<cv>",
     "isl": "phase mixed: input (prompt) tokens per request",
     "osl": "phase mixed: output tokens per request",
+    "chunk_tokens": "phase mixed: prefill tokens per forward pass per DP group: SGLang's --chunked-prefill-size "
+    "(default 8192 below 160 GiB of GPU memory, 16384 above, split over DP-attention ranks) or vLLM / TRT-LLM's "
+    "--max-batched-tokens token budget (default 8192 on H100/H200)",
+    "request_rate": "phase mixed: requests/s to the deployment (open loop, Poisson); default: closed loop with "
+    "--batch concurrent requests per DP group",
     "max_tpot": "keep rows with TPOT at most this many SECONDS (0.05 = 50 ms)",
     "max_ttft": "keep rows with TTFT at most this many SECONDS (prefill, mixed)",
     "min_tpu": "keep rows with at least this many tokens/s per user (decode)",
@@ -65,6 +70,10 @@ ExpertSkew = Annotated[str | None, typer.Option("--expert-skew", help=HELP["expe
 ContextDist = Annotated[str | None, typer.Option("--context-dist", help=HELP["context_dist"])]
 Isl = Annotated[float | None, typer.Option("--isl", help=HELP["isl"])]
 Osl = Annotated[float | None, typer.Option("--osl", help=HELP["osl"])]
+ChunkTokens = Annotated[
+    float | None, typer.Option("--chunked-prefill-size", "--max-batched-tokens", help=HELP["chunk_tokens"])
+]
+RequestRate = Annotated[float | None, typer.Option("--request-rate", help=HELP["request_rate"])]
 MaxTpot = Annotated[float | None, typer.Option("--max-tpot", help=HELP["max_tpot"])]
 MaxTtft = Annotated[float | None, typer.Option("--max-ttft", help=HELP["max_ttft"])]
 MinTpu = Annotated[float | None, typer.Option("--min-tokens-per-s-per-user", help=HELP["min_tpu"])]
@@ -131,6 +140,8 @@ def config_block(
     set_: Set = None,
     isl: Isl = None,
     osl: Osl = None,
+    chunk_tokens: ChunkTokens = None,
+    request_rate: RequestRate = None,
 ):
     """One deployment configuration (`estimate`, `roofline`)."""
 
@@ -157,6 +168,8 @@ def grid_block(
     context_dist: ContextDist = None,
     isl: Isl = None,
     osl: Osl = None,
+    chunk_tokens: ChunkTokens = None,
+    request_rate: RequestRate = None,
     study: Annotated[
         Path | None,
         typer.Option("--study", help="study YAML (axes:, model, hardware, phase, filters:); flags override"),

@@ -61,6 +61,8 @@ def run_sweep(grid: dict, only_fits: bool):
             only_fits=only_fits or None,
             isl=grid["isl"],
             osl=grid["osl"],
+            chunk_tokens=grid["chunk_tokens"],
+            request_rate=grid["request_rate"],
             set=grid["set_"],
             study=str(grid["study"]) if grid["study"] else None,
             progress=prog.update,
@@ -171,6 +173,7 @@ def disagg_cmd(
     expert_skew: O.ExpertSkew = "auto",
     context_dist: O.ContextDist = "fixed",
     max_instances: Annotated[int, typer.Option(help="largest pool size in instances")] = 64,
+    chunk_tokens: O.ChunkTokens = None,
     no_aggregated: Annotated[
         bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")
     ] = False,
@@ -202,6 +205,7 @@ def disagg_cmd(
             context_dist=context_dist,
             set=set_,
             compare_aggregated=not no_aggregated,
+            chunk_tokens=chunk_tokens,
             max_instances=max_instances,
             progress=prog.update,
         )

@@ -61,11 +61,12 @@ class _Pricer:
     depend on the context length: on large grids they are priced once per distinct context-free
     row and expanded (exact), the core on every row."""
 
-    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance, comm_sms=None):
+    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance, comm_sms=None, chunk=None):
         self.model, self.hw, self.grid, self.phase, self.comm, self.cm = model, hw, grid, phase, comm, cm
-        self.comm_sms = comm_sms
+        self.comm_sms, self.chunk = comm_sms, chunk
         self.imbalance = imbalance or {}
-        self.rows = _context_free_rows(grid)
+        # a fused prefill chunk brings a second attention core (over the prompt): no context dedup
+        self.rows = _context_free_rows(grid) if chunk is None else None
         self.cache = {}
 
     def __call__(self, ub: int) -> Summary:
@@ -74,7 +75,8 @@ class _Pricer:
         return self.cache[ub]
 
     def _groups(self, grid, ub, factors):
-        wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub, comm_sms=self.comm_sms)
+        wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub, comm_sms=self.comm_sms,
+                     chunk=self.chunk)  # fmt: skip
         return wl, {name: apply_factors(self.cm.costs(getattr(wl, name)), factors) for name in GROUPS}
 
     def _price(self, ub):
@@ -184,6 +186,7 @@ def evaluate(
     imbalance=None,
     cuda_graphs=True,
     comm_sms=None,
+    chunk=None,
 ) -> Evaluation:
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
@@ -192,13 +195,14 @@ def evaluate(
     "experts@2" (if given) is the routed-load factor of one of two micro-batches.
     comm_sms: SMs given to DeepEP's normal kernels (--comm-sms; None: DeepEP's default 20): their
     copy rate (profile deepep_v2) and the share of SMs taken from the compute they overlap.
+    chunk: (prefill tokens per DP group, prompt length) fused into each decode pass (`W.build`).
     """
     phase = Phase(phase)
     comm = CommMode(comm) if comm else default_comm(phase)
     overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
     cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=cuda_graphs)
     sync = hw.layer_sync_s if CostMode(cost_mode) != CostMode.ROOFLINE else 0.0
-    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms)
+    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms, chunk)
     results = {}
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)

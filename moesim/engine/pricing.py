@@ -12,7 +12,7 @@ from moesim.balance.factors import imbalance_factors
 from moesim.engine.evaluate import evaluate
 from moesim.enums import DEFAULT_ENGINE, CostMode, Engine
 from moesim.errors import CalibrationError
-from moesim.grid.core import Grid, distinct_rows
+from moesim.grid.core import Grid, distinct_rows, replace
 from moesim.metrics.step import metrics
 from moesim.perf.profile import load_profile
 from moesim.perf.profile.reader import profile_path_for
@@ -78,6 +78,19 @@ def _cached_profile(hw, path, force, engine):
     return _PROFILE_CACHE[key]
 
 
+def _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode, chunk):
+    """Rank-imbalance factors; with a fused prefill chunk the experts receive the decode and the
+    chunk's tokens (the routed load of the slowest rank is drawn from all of them), the DP attention
+    imbalance stays the decode requests'."""
+    imb, notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode)
+    if chunk is None or not imb or "experts" not in imb:
+        return imb, notes
+    moe_tokens = np.asarray(chunk[2] if len(chunk) > 2 else chunk[0], float)
+    all_tokens = replace(grid, batch=grid.batch + moe_tokens / grid.q_len)
+    imb2, notes2 = imbalance_factors(model, hw, all_tokens, phase, expert_skew, "fixed", cost_mode)
+    return {**imb, **{k: v for k, v in imb2.items() if k.startswith("experts")}}, notes2 + notes[len(notes2) :]
+
+
 def _dedupe(grid: Grid):
     """Rows that differ only in acceptance share every op cost (acceptance enters the metrics only)."""
     if np.ptp(grid.acceptance) == 0:
@@ -101,14 +114,17 @@ def evaluate_grid(
     cuda_graphs=True,
     engine=DEFAULT_ENGINE,
     comm_sms=None,
+    chunk=None,
 ):
-    """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`)."""
+    """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`).
+    chunk: (prefill tokens per DP group, prompt length[, mean prefill tokens through the experts])
+    fused into each decode pass (`moesim.workload.build`)."""
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
-    imb, imb_notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value)
+    imb, imb_notes = _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value, chunk)
     run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
-    run["comm_sms"] = comm_sms
-    dd = _dedupe(grid)
+    run.update(comm_sms=comm_sms, chunk=chunk)
+    dd = _dedupe(grid) if chunk is None else None
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)
         ev.pricing = profile_info(prof, engine)

@@ -1,37 +1,51 @@
-"""Aggregated serving as a phase ("mixed"): every decode step also carries its share of the
-arriving prefill, chunked (SGLang / vLLM chunked prefill).
+"""Aggregated serving as a phase ("mixed"): decode and prefill on the same GPUs, scheduled as the
+engine schedules them (`moesim.engine.scheduler`: prefill-priority chunked prefill for SGLang,
+fused chunked prefill for vLLM / TRT-LLM) under a closed-loop (concurrency = batch) or open-loop
+(request rate) load.
 
-Steady state per DP group: each request emits `a` accepted tokens per step (a = 1 + sum of
-acceptance, = 1 without MTP) and a new prompt of ISL tokens arrives per OSL output tokens of a
-request, so a step carries
+Every forward pass is priced by the one evaluation path (`evaluate_grid`), so weights are read
+once per pass, never per token:
 
-    prefill chunk tokens = batch x a x ISL / OSL       (= batch x ISL / OSL without MTP)
+* the decode step at the batch of requests decoding (context = the mean KV length);
+* SGLang on one DP group: a prefill pass of T prompt tokens (phase prefill, batch T, context ISL:
+  causal attention over the prompt), T = the prompts waiting when the pass starts, up to the chunk;
+* vLLM / TRT-LLM, and SGLang with DP attention (the DP ranks' passes in lock step): ONE
+  decode-phase pass carrying the decode tokens plus T prefill tokens on a prefilling rank (`chunk=`
+  of the workload: GEMMs, experts and all-to-all over all tokens, attention per request; the
+  experts see the mean over the ranks, k T / dp with k ranks prefilling).
 
-The step is the decode step plus the chunk's prefill pass — both through `evaluate_grid` (decode
-at the grid point; prefill with batch = chunk tokens and context = ISL, the prompt length over
-which the chunk's causal attention averages) — added: that sum is the interference of prefill on
-decode. TPOT = step / a; TTFT = step x max(1, ISL / chunk) (the prompt needs ISL / chunk steps).
-Memory: the decode footprint plus the chunk's activations. Communication: `comm` when given
-applies to both parts; by default each part uses its phase's default (decode: DeepEP low-latency,
-prefill chunk: DeepEP normal).
+The decode batch and T depend on the load and the load on the step times: a few fixed-point
+rounds re-price them (`ROUNDS`); within a round the scheduler's closed forms are exact.
+Memory: the decode footprint at the batch (requests per DP group) plus one prefill pass's
+activations.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from moesim.engine.estimate import EstimateResult, estimate_step
+from moesim.engine import scheduler as S
+from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid
-from moesim.enums import Overlap, Phase
+from moesim.enums import DEFAULT_ENGINE, Overlap, Phase
 from moesim.errors import ConfigError, is_positive_number
 from moesim.grid.core import Grid, replace
-from moesim.schedule.schemes import overlap_choices
+from moesim.metrics.memory import memory
+from moesim.schedule.schemes import micro_batches, overlap_choices
+
+ROUNDS = 3  # pricings of (decode batch, prefill tokens per pass): the first at the batch given
 
 
-def _check(isl, osl):
+def check_inputs(isl, osl, chunk_tokens=None, request_rate=None):
+    """-> (isl, osl) as floats; each must be a positive number, chunk_tokens and request_rate too if given."""
     for name, v in (("isl", isl), ("osl", osl)):
         if not is_positive_number(v):
             raise ConfigError(f"{name}: phase mixed needs a positive {name} (tokens per request); got {v!r}")
+    for name, v, unit in (("chunk_tokens", chunk_tokens, "tokens"), ("request_rate", request_rate, "requests/s")):
+        if v is not None and not is_positive_number(v):
+            raise ConfigError(f"{name}: must be a positive number ({unit}); got {v!r}")
     return float(isl), float(osl)
 
 
@@ -43,116 +57,178 @@ def prefill_overlap(overlap):
     return o if o in overlap_choices(Phase.PREFILL) else None
 
 
-def chunk_tokens(grid: Grid, isl, osl):
-    """Prefill tokens per DP group per step in steady state."""
-    return grid.batch * grid.tokens_per_step * float(isl) / float(osl)
-
-
-def combine(dec: dict, pre: dict, grid: Grid, isl, osl, gpus_per_node: int, pre_comm: str = "") -> dict:
-    """Decode values + prefill-chunk values (arrays over the grid) -> mixed-step values."""
-    acc = grid.tokens_per_step
-    chunk = chunk_tokens(grid, isl, osl)
-    td, tp_ = np.asarray(dec["step_time_s"], float), np.asarray(pre["step_time_s"], float)
-    step = td + tp_
-    per_gpu = grid.batch * acc / step / grid.tp
-    total = np.asarray(dec["total_bytes"], float) + np.asarray(pre["activation_bytes"], float)
-    cap = np.asarray(dec["capacity_bytes"], float)
-    out = {
-        "step_time_s": step,
-        "tpot_s": step / acc,
-        "tokens_per_s_per_user": acc / step,
-        "ttft_s": step * np.maximum(1.0, float(isl) / chunk),
-        "tokens_per_s_per_gpu": per_gpu,
-        "tokens_per_s_per_node": per_gpu * gpus_per_node,
-        "input_tokens_per_s_per_gpu": chunk / step / grid.tp,
-        "mfu": (np.asarray(dec["mfu"], float) * td + np.asarray(pre["mfu"], float) * tp_) / step,
-        "accepted_tokens_per_step": acc,
-        "decode_step_time_s": td,
-        "prefill_chunk_time_s": tp_,
-        "prefill_chunk_tokens": chunk,
-        "prefill_share": tp_ / step,
-        "moe_layer_time_s": np.asarray(dec["moe_layer_time_s"], float) + np.asarray(pre["moe_layer_time_s"], float),
-        "dense_layer_time_s": np.asarray(dec["dense_layer_time_s"], float)
-        + np.asarray(pre["dense_layer_time_s"], float),
-        "bottleneck": np.where(td >= tp_, np.asarray(dec["bottleneck"], object), np.asarray(pre["bottleneck"], object)),
-        "overlap": np.asarray(dec["overlap"], object),
-        "prefill_overlap": np.asarray(pre["overlap"], object),
-        "prefill_comm": np.full(step.shape, pre_comm, dtype=object),
-        "weights_bytes": np.asarray(dec["weights_bytes"], float),
-        "kv_cache_bytes": np.asarray(dec["kv_cache_bytes"], float),
-        "activation_bytes": np.asarray(dec["activation_bytes"], float) + np.asarray(pre["activation_bytes"], float),
-        "comm_buffer_bytes": np.asarray(dec["comm_buffer_bytes"], float),
-        "total_bytes": total,
-        "capacity_bytes": cap,
-        "fits": np.asarray(dec["fits"], bool) & (total <= cap),
-        "max_batch": np.asarray(dec["max_batch"], float),
-    }
-    return out
-
-
-def prefill_grid(grid: Grid, isl, osl) -> Grid:
+def prefill_grid(grid: Grid, tokens, isl) -> Grid:
+    """A prefill pass of `tokens` prompt tokens per DP group over prompts of `isl` tokens."""
     n = grid.size
-    return replace(grid, batch=chunk_tokens(grid, isl, osl), context=np.full(n, float(isl)), mtp=np.zeros(n))
+    return replace(grid, batch=np.asarray(tokens, float) * np.ones(n), context=np.full(n, float(isl)), mtp=np.zeros(n))
 
 
-def evaluate_mixed(model, hw, grid: Grid, *, isl, osl, overlap=None, **kw):
-    """Vectorized mixed-step values over a grid (the sweep's path) -> (values, notes).
-    kw: evaluate_grid's keywords (cost_mode, comm, expert_skew, context_dist, profile_path, force_profile)."""
-    isl, osl = _check(isl, osl)
-    dec, n1 = evaluate_grid(model, hw, grid, phase=Phase.DECODE, overlap=overlap, **kw)
-    pre, n2 = evaluate_grid(
-        model, hw, prefill_grid(grid, isl, osl), phase=Phase.PREFILL, overlap=prefill_overlap(overlap), **kw
+@dataclass
+class Served:
+    values: dict
+    notes: list
+    decode: object  # Evaluation of the last decode step priced
+    prefill: object  # Evaluation of the last prefill-carrying pass priced
+    solution: S.Solution
+    budget: np.ndarray
+
+
+def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, kw):
+    """(decode Evaluation, prefill-carrying pass Evaluation, notes) at the decode batch with
+    chunk = (T prompt tokens on a prefilling rank, mean prompt tokens per rank through the experts).
+    SGLang without DP lock step: a prefill pass of its own; otherwise one decode-phase pass carrying
+    the chunk (fused engines; SGLang DP ranks decoding while one prefills, on DeepEP normal as
+    SGLang's auto mode picks it when any rank extends)."""
+    g = replace(grid, batch=batch)
+    T, mean = chunk
+    dec, n1 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, **kw)
+    if S.fused(kw.get("engine", DEFAULT_ENGINE)) or np.any(lockstep > 1):
+        pkw = dict(kw)
+        if not S.fused(kw.get("engine", DEFAULT_ENGINE)) and kw.get("comm") is None:
+            pkw["comm"] = default_comm(Phase.PREFILL)
+        ch = (T, np.full(g.size, isl), mean)
+        pas, n2 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, chunk=ch, **pkw)
+    else:
+        pas, n2 = evaluate_grid(model, hw, prefill_grid(g, T, isl), phase=Phase.PREFILL,
+                                overlap=prefill_overlap(overlap), **kw)  # fmt: skip
+    return dec, pas, list(dict.fromkeys(n1 + n2))
+
+
+def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None, **kw) -> Served:
+    """The aggregated-serving fixed point over a grid (batch = concurrency per DP group in closed
+    loop, the most running requests in open loop). kw: evaluate_grid's keywords (engine, cost_mode,
+    comm, expert_skew, context_dist, profile_path, force_profile, cuda_graphs, comm_sms)."""
+    isl, osl = check_inputs(isl, osl, chunk_tokens, request_rate)
+    engine = kw.get("engine", DEFAULT_ENGINE)
+    is_fused = S.fused(engine)
+    cap = grid.batch
+    lockstep = grid.dp if model.is_moe else np.ones(grid.size)  # DP ranks sharing the MoE layers
+    total = S.default_budget_tokens(engine, hw.memory_bytes, grid.dp) if chunk_tokens is None else None
+    total = np.maximum(np.full(grid.size, float(chunk_tokens)) if total is None else total, 1.0)
+    ub = micro_batches(Overlap(overlap).value) if overlap else 1
+    batch, k = cap.copy(), np.ones(grid.size)
+    T = np.minimum(isl, _budget(total, batch, grid, is_fused))
+    first = None
+    for _ in range(ROUNDS):
+        dec, pas, notes = _price(model, hw, grid, batch, (T, T * k / lockstep), isl, lockstep, overlap, kw)
+        first = first or dec  # priced at the batch given: the memory footprint
+        T_priced, k_priced, budget = T, k, _budget(total, batch, grid, is_fused)
+        prices = S.Prices(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused,
+                          lockstep)  # fmt: skip
+        if request_rate is None:
+            sol = S.solve(prices, isl, osl, concurrency=cap)
+        else:
+            sol = S.solve(prices, isl, osl, rate=float(request_rate) / grid.dp)
+        batch = np.minimum(np.maximum(sol.decode_batch, np.minimum(cap, ub)), cap)
+        T = np.minimum(sol.next_T, _budget(total, batch, grid, is_fused))
+        k = sol.ranks_prefilling
+    if request_rate is not None:  # more requests decoding than the engine runs: the queue grows
+        sol.stable = sol.stable & (sol.decode_batch <= cap * (1 + 1e-9))
+    vals = _values(grid, (dec, pas), sol, (T_priced, budget), (isl, osl), engine, request_rate, hw.gpus_per_node)
+    vals["prefill_ranks_per_pass"] = k_priced
+    pre_act = memory(model, hw, prefill_grid(grid, T_priced, isl), Phase.PREFILL, pas.comm).activation_bytes
+    _memory_values(vals, first, pre_act)
+    return Served(vals, notes, dec, pas, sol, budget)
+
+
+def _budget(total, batch, grid: Grid, is_fused):
+    """Prefill tokens one pass takes: the chunk (SGLang), or the token budget less the decode
+    tokens it already carries (vLLM V1 schedules running requests first; at least one token)."""
+    return np.maximum(total - batch * grid.q_len, 1.0) if is_fused else total
+
+
+def _f(ev, key):
+    return np.asarray(ev.values[key], float)
+
+
+def _values(grid, evs, sol: S.Solution, tokens, lengths, engine, request_rate, gpus_per_node) -> dict:
+    """The mixed phase's columns (the estimate's and the sweep's) but memory (`_memory_values`)."""
+    (dec, pas), (T, budget) = evs, tokens
+    (isl, osl), a, tp = lengths, grid.tokens_per_step, grid.tp
+    td, D, u = _f(dec, "step_time_s"), _f(pas, "step_time_s"), np.minimum(sol.u, 1.0)
+    U = np.minimum(np.maximum(sol.any_share, u), 1.0)  # passes in which any (lock-step) rank prefills
+    ok = sol.stable
+    tpot, ttft = np.where(ok, sol.tpot_s, np.inf), np.where(ok, sol.ttft_s, np.inf)
+    out_rate = np.where(ok, sol.lam * osl, np.nan)  # output tokens/s per DP group
+    n = grid.size
+    return {
+        "step_time_s": tpot * a,
+        "tpot_s": tpot,
+        "tokens_per_s_per_user": 1.0 / tpot,
+        "ttft_s": ttft,
+        "tokens_per_s_per_gpu": out_rate / tp,
+        "tokens_per_s_per_node": out_rate / tp * gpus_per_node,
+        "input_tokens_per_s_per_gpu": np.where(ok, sol.lam * isl, np.nan) / tp,
+        "mfu": (1.0 - U) * _f(dec, "mfu") + U * _f(pas, "mfu"),
+        "accepted_tokens_per_step": a,
+        "decode_step_time_s": td,
+        "prefill_chunk_time_s": D,
+        "prefill_chunk_tokens": np.asarray(T, float) * np.ones(n),
+        "prefill_share": u,  # of this rank's time
+        "prefill_pass_share": U,  # of the time, passes carrying prefill on any DP rank
+        "prefill_budget_tokens": budget,
+        "ttft_queue_s": np.where(ok, sol.wait_s, np.inf),
+        "ttft_prefill_s": sol.own_s,
+        "decode_batch": sol.decode_batch,
+        "request_rate_per_s": sol.lam * grid.dp,  # offered (open loop) or solved (closed loop)
+        "concurrency": np.where(ok, sol.lam * (ttft + osl * tpot), np.nan),
+        "stable": ok,
+        "scheduler": np.full(n, S.scheduler_name(engine), dtype=object),
+        "load": np.full(n, "closed" if request_rate is None else "open", dtype=object),
+        "moe_layer_time_s": _f(dec, "moe_layer_time_s"),
+        "dense_layer_time_s": _f(dec, "dense_layer_time_s"),
+        "bottleneck": np.where(
+            U < 0.5, np.asarray(dec.values["bottleneck"], object), np.asarray(pas.values["bottleneck"], object)
+        ),  # fmt: skip
+        "overlap": np.asarray(dec.values["overlap"], object),
+        "prefill_overlap": np.asarray(pas.values["overlap"], object),
+        "prefill_comm": np.full(n, pas.comm.value, dtype=object),
+    }
+
+
+def _memory_values(vals: dict, first, pre_act) -> None:
+    """The decode footprint at the batch given (KV of every request) plus a prefill pass's activations."""
+    vals.update({k: _f(first, k) for k in ("weights_bytes", "kv_cache_bytes", "comm_buffer_bytes", "capacity_bytes")})
+    vals["activation_bytes"] = _f(first, "activation_bytes") + np.asarray(pre_act, float)
+    vals["total_bytes"] = _f(first, "total_bytes") + np.asarray(pre_act, float)
+    vals["fits"] = np.asarray(first.values["fits"], bool) & (vals["total_bytes"] <= vals["capacity_bytes"])
+    vals["max_batch"] = _f(first, "max_batch")
+
+
+def evaluate_mixed(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None, **kw):
+    """Vectorized mixed-phase values over a grid (the sweep's path) -> (values, notes)."""
+    r = serve(model, hw, grid, isl=isl, osl=osl, overlap=overlap, chunk_tokens=chunk_tokens,
+              request_rate=request_rate, **kw)  # fmt: skip
+    return r.values, r.notes + [load_note(kw.get("engine", DEFAULT_ENGINE), request_rate)]
+
+
+def load_note(engine, request_rate) -> str:
+    """What the output says about the serving model used."""
+    sched = (
+        "fused chunked prefill (one forward pass per step: decode tokens + prefill tokens up to the token "
+        "budget, --max-batched-tokens)"
+        if S.fused(engine)
+        else "prefill-priority chunked prefill (prompts in their own passes of <= --chunked-prefill-size "
+        "tokens, interrupting decode)"
     )
-    notes = list(dict.fromkeys(n1 + n2))
-    return combine(dec.values, pre.values, grid, isl, osl, hw.gpus_per_node, pre.comm.value), notes
-
-
-def _mixed_ops(decode_ops, prefill_ops) -> list[dict]:
-    """The decode step's ops plus the prefill chunk's (named prefill:<op>), shares over both."""
-    ops = [dict(o) for o in decode_ops] + [dict(o, name="prefill:" + o["name"]) for o in prefill_ops]
-    tot = sum(o["time_s"] for o in ops) or 1.0
-    for o in ops:
-        o["share"] = o["time_s"] / tot
-    return ops
-
-
-def _mixed_memory(decode_memory: dict, vals: dict) -> dict:
-    """The decode footprint with the mixed step's activations (the chunk's) and fit."""
-    mem = dict(decode_memory)
-    mem["activation_bytes"] = float(vals["activation_bytes"][0])
-    mem["total_bytes"] = float(vals["total_bytes"][0])
-    mem["fits"] = bool(vals["fits"][0])
-    return mem
-
-
-def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, batch=None, context=None, mtp=0,
-                   acceptance=0.8, overlap=None, set=None, **common) -> EstimateResult:  # fmt: skip
-    """One aggregated (decode + chunked prefill) step -> EstimateResult with phase "mixed".
-    context defaults to ISL + OSL / 2 (mean KV length over a request's decode). common: the
-    deployment keywords of `estimate_step` (tp, dp, ep, moe_tp, redundant_experts, cost_mode, comm,
-    expert_skew, context_dist, profile, force_profile), applied to both passes."""
-    isl, osl = _check(isl, osl)
-    if context is None:
-        context = isl + osl / 2.0
-    d = estimate_step(model, hardware, phase="decode", batch=batch, context=context, mtp=mtp, acceptance=acceptance,
-                      overlap=overlap, set=set, **common)  # fmt: skip
-    c = d.config
-    g = Grid.single(**{a: c[a] for a in ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance")},
-                    redundant=c["redundant_experts"])  # fmt: skip
-    chunk = float(chunk_tokens(g, isl, osl)[0])
-    p = estimate_step(d.model, d.hardware, phase="prefill", batch=chunk, context=isl,
-                      overlap=prefill_overlap(overlap), **common)  # fmt: skip
-    vals = combine(d.values, p.values, g, isl, osl, d.hardware.gpus_per_node, p.config["comm"])
-    config = dict(c, phase="mixed", isl=isl, osl=osl, prefill_chunk_tokens=chunk, prefill_overlap=p.config["overlap"],
-                  prefill_comm=p.config["comm"], set=list(set or []))  # fmt: skip
-    notes = list(dict.fromkeys(d.notes + p.notes))
-    notes.append(
-        f"mixed: each step = decode {d.values['step_time_s'][0] * 1e3:.2f} ms + prefill chunk of "
-        f"{chunk:,.0f} tokens/DP group {p.values['step_time_s'][0] * 1e3:.2f} ms "
-        f"(ISL {isl:g}, OSL {osl:g}); TTFT {vals['ttft_s'][0] * 1e3:.1f} ms"
+    load = (
+        "closed loop at --batch concurrent requests per DP group (Little's law)"
+        if request_rate is None
+        else f"open loop at {float(request_rate):g} requests/s (Poisson)"
     )
-    ops, mem = _mixed_ops(d.ops, p.ops), _mixed_memory(d.memory, vals)
-    return EstimateResult(d.model, d.hardware, config, vals, ops, mem, notes)
+    return (
+        f"mixed ({engine}): {sched}; {load}; TTFT = wait (M/G/1 non-preemptive priority, prefill first) + "
+        "the prompt's own passes; means only (no p90)"
+    )
 
 
-__all__ = ["estimate_mixed", "evaluate_mixed", "combine", "chunk_tokens", "prefill_grid"]
+__all__ = [
+    "check_inputs",
+    "serve",
+    "evaluate_mixed",
+    "prefill_grid",
+    "prefill_overlap",
+    "load_note",
+    "Served",
+    "ROUNDS",
+]

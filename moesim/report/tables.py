@@ -83,11 +83,24 @@ def _step_lines(r) -> list[str]:
     else:
         lines.append(f"TPOT             {U.fmt_time(f('tpot_s'))}   ({f('accepted_tokens_per_step'):.2f} tokens/step)")
         lines.append(f"tokens/s/user    {f('tokens_per_s_per_user'):,.1f}")
+    if cfg["phase"] == "mixed":
+        lines += _mixed_lines(cfg, f)
     lines += [
         f"tokens/s/GPU     {f('tokens_per_s_per_gpu'):,.0f}     tokens/s/node {f('tokens_per_s_per_node'):,.0f}",
         f"MFU              {f('mfu') * 100:.1f}%      bottleneck: {v['bottleneck'][0]}",
     ]
     return lines
+
+
+def _mixed_lines(cfg, f) -> list[str]:
+    """Aggregated serving: TTFT and its parts, the scheduler and the load (moesim.engine.serving)."""
+    return [
+        f"TTFT             {U.fmt_time(f('ttft_s'))}   (wait {U.fmt_time(f('ttft_queue_s'))} + own prefill passes "
+        f"{U.fmt_time(f('ttft_prefill_s'))})",
+        f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {f('request_rate_per_s'):,.3g} "
+        f"requests/s, {f('concurrency'):,.3g} concurrent/DP group, decode batch {f('decode_batch'):,.3g}, "
+        f"prefill {f('prefill_share') * 100:.1f}% of the time (any DP rank: {f('prefill_pass_share') * 100:.1f}%)",
+    ]
 
 
 def _memory_lines(r) -> list[str]:

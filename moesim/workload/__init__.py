@@ -49,23 +49,38 @@ def build(
     comm: CommMode,
     micro_batches: int = 1,
     comm_sms=None,
+    chunk=None,
 ) -> Workload:
-    """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20)."""
+    """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20). `chunk`:
+    (prefill tokens per DP group, prompt length[, prefill tokens per DP group through the experts])
+    arrays like the grid, fused into each decode pass (vLLM V1 / TRT-LLM chunked prefill): one
+    forward pass over decode + prefill tokens, whose GEMMs, experts and all-to-all carry all tokens
+    (weights read once) and whose attention is per request (`attention_ops`). The third item, when
+    the DP ranks carry unequal chunks (only some prefill in a lock-step pass), is the mean over
+    the ranks: the experts see the mean, the slowest rank's attention the first item."""
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
     t, b_req = tokens(grid, phase, micro_batches)
+    ch, t_all, t_lm = None, t, (b_req if prefill else t)
+    t_moe = t
+    if chunk is not None and not prefill:
+        ct = np.asarray(chunk[0], float) / micro_batches
+        seqs = ct / np.asarray(chunk[1], float)  # prompts (or parts of one) in the chunk
+        ch = (ct, np.maximum(seqs, np.where(ct > 0, 1.0 / micro_batches, 0.0)), chunk[1])
+        t_all, t_lm = t + ct, t + seqs  # a prompt's last token needs its logits
+        t_moe = t + (np.asarray(chunk[2], float) / micro_batches if len(chunk) > 2 else ct)
     kw = dict(
         t=t, b_req=b_req, q_len=np.where(prefill, 1.0, grid.q_len), context=grid.context, tp=grid.tp, prefill=prefill
     )
-    attn = attention_ops(model, **kw)
-    dense = attn + dense_ffn_ops(model, t=t, tp=grid.tp) if model.dense_ffn else []
+    attn = attention_ops(model, **kw, chunk=ch)
+    dense = attn + dense_ffn_ops(model, t=t_all, tp=grid.tp) if model.dense_ffn else []
     moe = []
     if model.is_moe:
-        moe = attention_ops(model, **kw) + moe_ops(
+        moe = attention_ops(model, **kw, chunk=ch) + moe_ops(
             model,
             hw,
-            t=t,
+            t=t_moe,
             tp=grid.tp,
             dp=grid.dp,
             ep=grid.ep,
@@ -75,7 +90,7 @@ def build(
             prefill=prefill,
             comm_sms=comm_sms,
         )
-    step = _step_ops(model, t, b_req, grid.tp, prefill)
+    step = _step_ops(model, t_all, t_lm, grid.tp)
     mtp: list[OpWork] = []
     mtp_count = np.zeros(grid.size)
     if model.mtp_layers and not prefill:
@@ -101,11 +116,10 @@ def _lm_head(name, m, model: ModelSpec, tp, stage=5) -> OpWork:
     return gemm(name, m, v, d, w_bytes=emb_b, a_bytes=2.0, out_bytes=4.0, dtype=Dtype.BF16, block=0, stage=stage)
 
 
-def _step_ops(model: ModelSpec, t, b_req, tp, prefill: bool) -> list[OpWork]:
-    """Ops run once per step: embedding, final norm, LM head."""
+def _step_ops(model: ModelSpec, t, t_lm, tp) -> list[OpWork]:
+    """Ops run once per step: embedding, final norm, LM head over `t_lm` rows (decode: logits for
+    every query position; prefill: only each prompt's last token)."""
     d, emb_b = model.hidden_size, model.precision.embedding_dtype.bytes
-    # LM head: decode computes logits for every query position; prefill only for the last token
-    t_lm = b_req if prefill else t
     return [
         elementwise("embedding", t * d * emb_b * 2.0, stage=1),
         elementwise("final_norm", t_lm * d * 2.0 * 2.0, stage=5),

@@ -7,6 +7,8 @@ projections (q_a, kv_a) and the latent KV are replicated on every TP rank; GQA s
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from moesim.enums import OpKind, Tag
@@ -166,45 +168,81 @@ def _o_proj_quant(t, width, a_bytes, block):
     return [elementwise("o_proj_quant", t * width * (2.0 + act_elem_bytes(a_bytes, block)), stage=2)]
 
 
-def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) -> list[OpWork]:
-    """t: tokens per GPU's DP group per micro-batch; b_req: requests (decode) or sequences (prefill)."""
-    a, d, p = model.attention, model.hidden_size, model.precision
-    wb, ab = p.weight_dtype.bytes, p.activation_dtype.bytes
-    kvb = p.kv_dtype.bytes
-    blk = p.weight_block
+def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool, prefix="", present=1.0):
+    """The MLA ops of one attention form after the shared projections: MHA form for prefill
+    (kv_b_proj expands the latent into per-head K_nope and V, then causal attention), absorbed form
+    for decode (DeepSeek-V2 paper app. C: q_nope . W_UK, attention over the latent, . W_UV)."""
+    a, p = model.attention, model.precision
+    wb, ab, kvb, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.kv_dtype.bytes, p.weight_block
     h = a.num_heads / tp
-    ops = [elementwise("attn_norm", t * d * 2.0 * 2.0, stage=1)]
+    lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
+    core = core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill)
+    if prefill:
+        ops = [gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1), core]
+    else:
+        ops = [
+            _bmm("w_uk_bmm", t, h, lat, nope, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=1),
+            elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1),
+            core,
+            _bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, stage=2),
+        ]
+    return [dataclasses.replace(o, name=prefix + o.name, present=present) for o in ops]
+
+
+def _form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool, chunk=None) -> list[OpWork]:
+    """The per-request part of attention (the core; for MLA its form-specific projections). `chunk`
+    (tokens, b_req, context): prefill tokens fused into a decode pass (vLLM V1 / TRT-LLM chunked
+    prefill): their own MHA-form ops next to the decode's, named prefill_<op>; the weights of the
+    shared projections are read once for all tokens (`attention_ops`)."""
+    kw = dict(q_len=q_len, tp=tp)
+    if model.attention.kind == AttentionKind.MLA:
+        ops = _mla_form_ops(model, t=t, b_req=b_req, context=context, prefill=prefill, **kw)
+    else:
+        ops = [core_op(model, t=t, b_req=b_req, context=context, prefill=prefill, **kw)]
+    if chunk is None:
+        return ops
+    ct, cb, cc = chunk
+    present = (np.asarray(ct, float) > 0).astype(float)
+    if model.attention.kind == AttentionKind.MLA:
+        return ops + _mla_form_ops(model, t=ct, b_req=cb, context=cc, tp=tp, q_len=1.0, prefill=True,
+                                   prefix="prefill_", present=present)  # fmt: skip
+    core = core_op(model, t=ct, b_req=cb, q_len=1.0, context=cc, tp=tp, prefill=True)
+    return ops + [dataclasses.replace(core, name="prefill_" + core.name, present=present)]
+
+
+def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool, chunk=None) -> list[OpWork]:
+    """t: tokens per GPU's DP group per micro-batch; b_req: requests (decode) or sequences (prefill).
+    chunk: (tokens, sequences, prompt length) of prefill fused into a decode pass, or None."""
+    a, d, p = model.attention, model.hidden_size, model.precision
+    wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
+    h = a.num_heads / tp
+    t_all = t if chunk is None else t + chunk[0]  # tokens through the shared projections
+    form = _form_ops(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill, chunk=chunk)
+    ops = [elementwise("attn_norm", t_all * d * 2.0 * 2.0, stage=1)]
     if a.kind == AttentionKind.MLA:
-        lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
-        qd = nope + rope
+        lat, rope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.v_head_dim
+        qd = a.qk_nope_head_dim + rope
         if a.q_lora_rank:
             # fused q_a + kv_a down projection (Perplexity: qkv_a_proj), replicated across TP
-            ops.append(gemm("qkv_a_proj", t, a.q_lora_rank + lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-            ops.append(elementwise("qkv_a_norm", t * (a.q_lora_rank + lat) * 2.0 * 2.0, stage=1))
-            ops.append(gemm("q_b_proj", t, h * qd, a.q_lora_rank, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+            ops.append(
+                gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
+            )
+            ops.append(elementwise("qkv_a_norm", t_all * (a.q_lora_rank + lat) * 2.0 * 2.0, stage=1))
+            ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
         else:
-            ops.append(gemm("kv_a_proj", t, lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-            ops.append(elementwise("kv_a_norm", t * lat * 2.0 * 2.0, stage=1))
-            ops.append(gemm("q_proj", t, h * qd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-        if prefill:
-            # MHA form: expand the latent into per-head K_nope and V (kv_b_proj), then causal attention
-            ops.append(gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-            ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=True))
-        else:
-            # absorbed form (DeepSeek-V2 paper app. C): q_nope . W_UK, attention over the latent, . W_UV
-            ops.append(_bmm("w_uk_bmm", t, h, lat, nope, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=1))
-            ops.append(elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1))
-            ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=False))
-            ops.append(_bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, stage=2))
-        ops += _o_proj_quant(t, h * vd, ab, blk)
-        ops.append(gemm("o_proj", t, d, h * vd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
+            ops.append(gemm("kv_a_proj", t_all, lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+            ops.append(elementwise("kv_a_norm", t_all * lat * 2.0 * 2.0, stage=1))
+            ops.append(gemm("q_proj", t_all, h * qd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+        ops += form
+        width = h * vd
     else:
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
-        ops.append(gemm("qkv_proj", t, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
-        ops.append(core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill))
-        ops += _o_proj_quant(t, h * hd, ab, blk)
-        ops.append(gemm("o_proj", t, d, h * hd, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
-    ops.append(allreduce("attn_tp_allreduce", t, d, tp, 2))
-    ops.append(elementwise("ffn_norm", t * d * 2.0 * 2.0, stage=2))
+        ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+        ops += form
+        width = h * hd
+    ops += _o_proj_quant(t_all, width, ab, blk)
+    ops.append(gemm("o_proj", t_all, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
+    ops.append(allreduce("attn_tp_allreduce", t_all, d, tp, 2))
+    ops.append(elementwise("ffn_norm", t_all * d * 2.0 * 2.0, stage=2))
     return ops

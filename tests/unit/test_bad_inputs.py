@@ -223,6 +223,11 @@ CASES = [
     cli("phase-name", "estimate --phase bogus", "phase", "decode", "prefill"),
     cli("mixed-no-isl", "estimate --phase mixed", "isl", "positive"),
     cli("mixed-isl-nan", "estimate --phase mixed --isl nan --osl 10", "isl", "positive"),
+    cli("mixed-rate-neg", "estimate --phase mixed --isl 10 --osl 10 --request-rate -1", "request_rate", "positive"),
+    cli(
+        "mixed-chunk-0", "estimate --phase mixed --isl 10 --osl 10 --chunked-prefill-size 0", "chunk_tokens", "positive"
+    ),
+    cli("mixed-budget-nan", "sweep --phase mixed --isl 10 --osl 10 --ep 8 --max-batched-tokens nan", "chunk_tokens"),
     cli("skew-name", "estimate --expert-skew bogus", "expert-skew", "zipf"),
     cli("skew-zipf-neg", "estimate --expert-skew zipf:-1", "zipf", ">= 0"),
     cli("skew-zipf-nan", "estimate --expert-skew zipf:nan", "zipf", ">= 0"),

@@ -138,18 +138,30 @@ def test_prefill_and_mixed_rows_equal_estimate():
         r = _estimate_row(row, isl=3000, osl=500)
         _same(row, r)
         assert row["ttft_s"] == pytest.approx(float(r.values["ttft_s"][0]), rel=1e-9)
-        assert row["prefill_chunk_tokens"] == pytest.approx(row["batch"] * 1.8 * 3000 / 500)
+        # SGLang's default chunk (8192 tokens on an 80-160 GiB GPU) split over the DP ranks; a 3000-token
+        # prompt fills every pass
+        assert row["prefill_budget_tokens"] == 8192 // row["dp"]
+        assert row["prefill_chunk_tokens"] == row["prefill_budget_tokens"]
 
 
-def test_mixed_step_is_decode_plus_prefill_chunk():
-    r = estimate("deepseek-v3", "h800", phase="mixed", isl=4000, osl=1000, ep=32, batch=32, mtp=0)
-    chunk = 32 * 4000 / 1000
-    d = estimate("deepseek-v3", "h800", phase="decode", ep=32, batch=32, context=4500)
-    p = estimate("deepseek-v3", "h800", phase="prefill", ep=32, batch=chunk, context=4000)
-    assert r.config["phase"] == "mixed" and r.config["prefill_chunk_tokens"] == chunk
-    assert r["step_time_s"][0] == pytest.approx(d["step_time_s"][0] + p["step_time_s"][0], rel=1e-12)
-    assert r["step_time_s"][0] > d["step_time_s"][0]  # interference
+def test_mixed_passes_are_the_decode_and_prefill_estimates():
+    """SGLang on one DP group: the prefill pass is the prefill phase's own estimate at the pass's
+    prompt tokens (the last fixed-point round's); TPOT and TTFT bound below by the passes."""
+    kw = dict(isl=4000, osl=1000, tp=8, ep=8, batch=32, mtp=0)
+    r = estimate("deepseek-v3", "h200", phase="mixed", **kw)
+    v = {k: float(np.ravel(x)[0]) for k, x in r.values.items() if np.asarray(x).dtype.kind == "f"}
+    assert r.config["phase"] == "mixed" and r.config["scheduler"] == "prefill-priority-chunked"
+    assert r.config["load"] == "closed" and r.config["prefill_budget_tokens"] == 8192
+    p = estimate("deepseek-v3", "h200", phase="prefill", tp=8, ep=8, batch=v["prefill_chunk_tokens"], context=4000)
+    assert v["prefill_chunk_time_s"] == pytest.approx(p["step_time_s"][0], rel=1e-12)
+    assert v["tpot_s"] >= v["decode_step_time_s"] and v["ttft_s"] >= v["prefill_chunk_time_s"]
+    assert v["tokens_per_s_per_gpu"] == pytest.approx(v["request_rate_per_s"] * 1000 / 8, rel=1e-9)
     assert r.to_dict()["tokens_per_s_per_gpu"] > 0
+    # DP attention (EP32 DP32): the DP ranks' passes run in lock step; the prefill-carrying pass is
+    # a decode-phase pass carrying the chunk on the prefilling rank (8192 / 32 tokens per rank)
+    d = estimate("deepseek-v3", "h800", phase="mixed", isl=4000, osl=1000, ep=32, batch=32, mtp=0)
+    assert d.config["prefill_budget_tokens"] == 256 and d.config["prefill_comm"] == "deepep-normal"
+    assert d["prefill_ranks_per_pass"][0] >= 1.0 and any(o["name"] == "prefill:prefill_attn_core" for o in d.ops)
     with pytest.raises(ConfigError, match="isl"):
         estimate("deepseek-v3", "h800", phase="mixed", ep=32)
 

@@ -1,0 +1,173 @@
+"""Aggregated serving as engines schedule it: steady-state closed forms over arrays (one DP group).
+
+Two schedulers (`--engine`):
+
+* prefill-priority (SGLang's default scheduler, `scheduler.get_next_batch_to_run`: a waiting
+  prompt is prefilled before the next decode step): prompts run in their own forward passes of at
+  most one chunk (`--chunked-prefill-size`; whole prompts batched together up to it, a longer
+  prompt over ceil(ISL / chunk) passes); decode steps run the running batch in between.
+* fused chunked prefill (vLLM V1 scheduler, TRT-LLM in-flight batching): each step is ONE forward
+  pass over the running decode tokens plus prefill tokens filling the token budget
+  (`--max-batched-tokens`); the prefill tokens add only their increment to the step.
+
+Per DP rank, with n_p = lam x ISL / T prefill-carrying passes per second (T prefill tokens per
+pass, lam requests/s) of duration D, a decode step of t_d and a accepted tokens per step; with DP
+attention the dp ranks' passes run in lock step (one MoE layer for all: SGLang's MLP sync, vLLM's
+DP+EP dummy batches), so a pass in which any rank prefills holds every rank for D:
+
+    u      = n_p x D                                      time share in which this rank prefills
+    U      = 1 - (1 - u)^dp                               ... in which any rank does (independent)
+    steps  = (U - u) / D + (1 - U) / t_d  (prefill-priority: no decode on a prefilling rank)
+           = U / D + (1 - U) / t_d        (fused: its prefill-carrying steps advance decode too)
+    TPOT   = 1 / (a x steps)
+    TTFT   = W + max(1, ISL / budget) x D                 the prompt's own passes
+    W      = R / (1 - u)                                  M/G/1 non-preemptive priority, prefill the
+                                                          high class (Cobham 1954): R = mean
+                                                          residual of the pass in flight
+    R      = (U x D + busy_decode x t_d) / 2              deterministic passes: residual = half
+
+Load: open loop at a request rate (Poisson arrivals: PASTA), or closed loop at N concurrent
+clients (what benchmark tools run): lam = N / (TTFT + OSL x TPOT) (Little's law), solved by
+bisection on arrays (the right side falls as lam grows). A closed-loop arrival sees the other N - 1
+clients only (arrival theorem, Reiser & Lavenberg 1980): u and the prefill rate it sees scale by
+(N - 1) / N, and the decode step is busy when one of the N - 1 others decodes; at N = 1 there is
+no queueing and no interruption (TPOT = the decode step). Only means: M/G/1 gives no closed-form
+p90 for this priority queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.enums import Engine
+
+# Default per-pass prefill token budgets, as the engines set them on a Hopper-class GPU:
+# SGLang server_args.py (_handle_gpu_memory_settings): chunked_prefill_size 8192 below 160 GiB of
+# GPU memory (H100, H200, H20), 16384 above (B200); with DP attention divided by the DP size
+# ("chunked prefill size is adjusted ... to avoid MoE kernel issues").
+# vLLM engine/arg_utils.py (get_batch_defaults): max_num_batched_tokens 8192 for the OpenAI server
+# on GPUs with >= 70 GiB (H100, H200), 2048 below. TRT-LLM BuildConfig: max_num_tokens 8192.
+SGLANG_CHUNK_TOKENS = {"small": 8192, "large": 16384}
+VLLM_BUDGET_TOKENS = {"small": 2048, "large": 8192}
+TRTLLM_BUDGET_TOKENS = 8192
+GiB = 1024.0**3
+
+
+def fused(engine) -> bool:
+    """vLLM and TRT-LLM fuse prefill chunks into decode steps; SGLang prefills first."""
+    return Engine.parse(engine, "engine") != Engine.SGLANG
+
+
+def scheduler_name(engine) -> str:
+    return "fused-chunked-prefill" if fused(engine) else "prefill-priority-chunked"
+
+
+def default_budget_tokens(engine, memory_bytes: float, dp) -> np.ndarray:
+    """The engine's default prefill tokens per forward pass per DP group (sources above)."""
+    e = Engine.parse(engine, "engine")
+    dp = np.asarray(dp, float)
+    if e == Engine.SGLANG:
+        c = SGLANG_CHUNK_TOKENS["small" if memory_bytes < 160 * GiB else "large"]
+        return np.floor(c / dp)  # DP attention: the chunk is split over the DP ranks
+    if e == Engine.VLLM:
+        return np.full(dp.shape, float(VLLM_BUDGET_TOKENS["large" if memory_bytes >= 70 * GiB else "small"]))
+    return np.full(dp.shape, float(TRTLLM_BUDGET_TOKENS))
+
+
+@dataclass
+class Prices:
+    """Arrays per DP group: t_d decode step (s), D duration of a pass carrying T prefill tokens (s)
+    on a rank, budget = most prefill tokens one pass takes, a = accepted tokens per step."""
+
+    t_d: np.ndarray
+    D: np.ndarray
+    T: np.ndarray
+    budget: np.ndarray
+    a: np.ndarray
+    fused: bool
+    dp: np.ndarray = 1.0  # DP ranks whose passes run in lock step
+
+
+def _busy(in_decode, n, dp):
+    """P(some request decodes in the deployment) seen by an arrival: Poisson numbers (open loop) or
+    each of the other clients decoding with its time share (closed loop), on dp ranks."""
+    if n is None:
+        return -np.expm1(-in_decode * dp)
+    f = np.minimum(in_decode / n, 1.0)
+    return 1.0 - (1.0 - f) ** (np.maximum(n - 1.0, 0.0) + n * (dp - 1.0))
+
+
+def _rates(lam, p: Prices, isl, osl, n):
+    """(TTFT, TPOT, u, W, own, U) at request rate lam per DP group; n = concurrency (closed) or None (open)."""
+    g = 1.0 if n is None else np.maximum(n - 1.0, 0.0) / n  # share of the load an arrival sees (arrival theorem)
+    n_p = lam * isl / p.T
+    u = n_p * p.D
+    ug = np.minimum(g * u, 1.0)
+    # passes are in lock step over the DP ranks (one MoE layer for all): any rank's prefill holds
+    # every rank for D; ranks prefill independently
+    any_ = 1.0 - (1.0 - ug) * (1.0 - np.minimum(u, 1.0)) ** (p.dp - 1.0)
+    steps = (any_ - (0.0 if p.fused else ug)) / p.D + (1.0 - any_) / p.t_d
+    tpot = np.where(ug < 1.0, 1.0 / (p.a * np.maximum(steps, 1e-300)), np.inf)
+    in_decode = lam * osl * np.where(np.isfinite(tpot), tpot, 0.0)  # requests decoding per rank (Little)
+    busy = _busy(in_decode, n, p.dp)
+    residual = 0.5 * (any_ * p.D + np.minimum(busy, 1.0 - any_) * p.t_d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = np.where(ug < 1.0, residual / (1.0 - ug), np.inf)
+    # a prompt longer than the budget takes ISL / budget passes of D, the last one partial
+    # (proportional to its tokens: between that and ceil(ISL / budget) full passes)
+    own = np.maximum(1.0, isl / p.budget) * p.D
+    return wait + own, tpot, u, wait, own, any_
+
+
+@dataclass
+class Solution:
+    lam: np.ndarray  # requests/s per DP group
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    u: np.ndarray  # time share of the passes in which this rank prefills
+    wait_s: np.ndarray  # queueing for prefill incl. the residual of the pass in flight
+    own_s: np.ndarray  # the prompt's own prefill passes
+    decode_batch: np.ndarray  # requests a decoding request shares its step with (itself included)
+    next_T: np.ndarray  # prefill tokens per pass at this load (prompts batched up to the budget)
+    stable: np.ndarray
+    any_share: np.ndarray  # time share of the passes in which any DP rank prefills
+    dp: np.ndarray = 1.0  # DP ranks in lock step
+
+    @property
+    def ranks_prefilling(self):
+        """Mean DP ranks prefilling in a pass that carries prefill (>= 1)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.asarray(self.u, float) * self.dp / np.asarray(self.any_share, float)
+        return np.clip(np.nan_to_num(k, nan=1.0), 1.0, np.maximum(self.dp, 1.0))
+
+
+def solve(p: Prices, isl: float, osl: float, *, concurrency=None, rate=None, iterations: int = 80) -> Solution:
+    """Closed loop (concurrency: clients per DP group) or open loop (rate: requests/s per DP group)."""
+    if concurrency is not None:
+        n = np.asarray(concurrency, float)
+        _, tpot0, _, _, own0, _ = _rates(np.zeros_like(n), p, isl, osl, n)
+        hi = n / (own0 + osl * tpot0)  # TTFT >= own passes, TPOT >= its value without load
+        hi = np.minimum(hi, p.T / (isl * p.D) * (1.0 - 1e-12))  # a rank prefills < 100% of the time
+        lo = np.zeros_like(n)
+        for _ in range(iterations):  # lam x (TTFT + OSL x TPOT) rises with lam: bisection
+            mid = 0.5 * (lo + hi)
+            ttft, tpot, *_ = _rates(mid, p, isl, osl, n)
+            over = mid * (ttft + osl * tpot) > n
+            lo, hi = np.where(over, lo, mid), np.where(over, mid, hi)
+        lam = 0.5 * (lo + hi)
+    else:
+        n = None
+        lam = np.asarray(rate, float) * np.ones_like(p.t_d)
+    ttft, tpot, u, wait, own, any_ = _rates(lam, p, isl, osl, n)
+    in_decode = lam * osl * tpot
+    share = 1.0 if n is None else np.maximum(n - 1.0, 0.0) / n
+    others = in_decode if n is None else np.maximum(n - 1.0, 0.0) * np.minimum(in_decode / n, 1.0)
+    queued = lam * wait * share
+    next_T = np.minimum((1.0 + queued) * isl, p.budget)
+    stable = np.isfinite(ttft) & np.isfinite(tpot) & (u < 1.0)
+    return Solution(lam, ttft, tpot, u, wait, own, 1.0 + others, next_T, stable, any_, np.asarray(p.dp, float))
+
+
+__all__ = ["Prices", "Solution", "solve", "default_budget_tokens", "fused", "scheduler_name"]
