@@ -168,7 +168,7 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
-    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p))
+    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
     return e
 
 

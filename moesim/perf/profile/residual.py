@@ -92,6 +92,16 @@ def neighbour_median(values: np.ndarray, idx: np.ndarray, dist: np.ndarray) -> n
     return np.where(hit, values[idx[:, 0]], out)
 
 
+def search_weights(weights, d: int) -> np.ndarray:
+    """Per-axis scales of the neighbour search (1 each when absent): an axis with weight w counts
+    one grid step as a distance w, so neighbours are taken first along the light axes (a residual
+    block's `axis_weights`, written by the fit where a family's residual varies sharply on some axes)."""
+    w = np.ones(d) if weights is None else np.asarray(weights, float).reshape(-1)
+    if w.shape != (d,) or not (np.isfinite(w).all() and (w > 0).all()):
+        raise CalibrationError("residual: axis_weights must be one positive number per axis")
+    return w
+
+
 def hull_weight(zq: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """exp(-max(0, d_box - 1)^2): 1 inside the measured box and up to one grid step out, -> 0 beyond."""
     box = np.sqrt((np.maximum(0.0, np.maximum(lo - zq, zq - hi)) ** 2).sum(1))
@@ -101,7 +111,7 @@ def hull_weight(zq: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 class Residual:
     """A log-residual interpolator over measured shapes (`points` in log space, one row a shape)."""
 
-    def __init__(self, axes, points, logr, k: int = K_NEAREST):
+    def __init__(self, axes, points, logr, k: int = K_NEAREST, weights=None):
         points = np.asarray(points, float).reshape(len(logr), -1)
         if points.shape[1] != len(axes) or not np.isfinite(points).all() or not np.isfinite(logr).all():
             raise CalibrationError("residual: points must be finite, one column per axis")
@@ -110,13 +120,15 @@ class Residual:
         self.steps = axis_steps(self.points)
         self.z = self.points / self.steps
         self.lo, self.hi = self.z.min(0), self.z.max(0)
+        self.w = search_weights(weights, len(self.axes))
         self.k = k
         self._memo: dict = {}
 
     def log_factor(self, zq: np.ndarray, nearest_fn=None) -> np.ndarray:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
-        query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours)."""
-        idx, dist = (nearest_fn or nearest)(self.z, zq, self.k)
+        query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours).
+        The neighbour search scales each axis by its weight; the hull fade does not."""
+        idx, dist = (nearest_fn or nearest)(self.z * self.w, zq * self.w, self.k)
         return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, dist)
 
     def factor(self, shape: dict) -> np.ndarray:
@@ -187,6 +199,6 @@ def load_residual(block: dict, base_dir) -> Residual:
     key = str(block["key"])
     if f"{key}.points" not in arrays or f"{key}.logr" not in arrays:
         raise CalibrationError(f"residual file {path}: no key {key!r}; rebuild it with `{FIX}`")
-    model = Residual(block["axes"], arrays[f"{key}.points"], arrays[f"{key}.logr"])
+    model = Residual(block["axes"], arrays[f"{key}.points"], arrays[f"{key}.logr"], weights=block.get("axis_weights"))
     _MODELS[cache_key] = model
     return model
