@@ -67,3 +67,20 @@ def test_reader_prices_the_quant_pass_variant():
     prof = Profile(S.fill_sections(data))
     t = float(prof.kernel_time("quant", m=4096.0, k=7168.0, dtype="fp8"))
     assert t == pytest.approx(1.3e-6 + 4096 * 7168 * QUANT_BYTES_PER_ELEM / (BW * 0.9), rel=1e-3)
+
+
+def test_importer_keeps_sglang_eager_reference_quant_unfitted():
+    from moesim.calibration.importers import aiconfigurator_tables as T
+
+    table = pd.DataFrame(
+        {"op_name": ["scale_matrix"] * 2, "m": [1, 4096], "k": [7168, 7168], "quant_dtype": ["fp8"] * 2}
+    )
+    table["latency"] = [0.007, 0.2]
+
+    def imported(engine):
+        ctx = T.Ctx("h200_sxm", "h200", engine, "1", "scale_matrix_perf", "0.12.0", 8)
+        return T.quant(table, ctx)[0]
+
+    sg, trt = imported("sglang"), imported("trtllm")
+    assert (sg["exclude"] == T.SGLANG_EAGER_QUANT).all() and sg["time_s"].notna().all()  # kept for the record
+    assert (trt["exclude"].fillna("") == "").all()
