@@ -129,7 +129,8 @@ def test_fit_recovers_known_waves_params():
         assert e["params"][name] == pytest.approx(true[name], rel=0.1)
     cv = e["cv"]
     assert cv["median_abs_pct"] < 2.0 and cv["p90_abs_pct"] < 5.0
-    assert cv["decode_rows"] == 4 * len(nk) and cv["decode_median_abs_pct"] < 2.0
+    assert cv["small"]["rows"] == 4 * len(nk) and cv["small"]["median_abs_pct"] < 2.0
+    assert cv["physics"]["small"]["rows"] == 4 * len(nk)
     assert "measurements" in e  # 132 rows <= TABLE_ROWS
 
 

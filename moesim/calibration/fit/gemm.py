@@ -114,17 +114,12 @@ class WavesData:
 
 
 def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:
-    """cv_summary + p90 and the decode-sized subset (size <= 64), by shape-grouped folds."""
+    """cv_summary + p90 and the decode-sized subset `small` (size <= 64 tokens; the attention fits'
+    block, moesim.calibration.fit.attention.cv_block), by shape-grouped folds."""
     out = cv_summary(errs, folds)
-    e = np.abs(errs) * 100.0
-    ok = np.isfinite(e)
-    out["p90_abs_pct"] = _r(np.percentile(e[ok], 90), 3) if ok.any() else None
-    small = ok & (size <= DECODE_MAX)
-    out["decode_rows"] = int(small.sum())
-    out["decode_median_abs_pct"] = _r(np.median(e[small]), 3) if small.any() else None
-    out["decode_p90_abs_pct"] = _r(np.percentile(e[small], 90), 3) if small.any() else None
-    # the attention fits' form (fit.attention.cv_block): the acceptance's decode-sized subset
-    out["small"] = {k: out[f"decode_{k}"] for k in ("rows", "median_abs_pct", "p90_abs_pct")}
+    st = R.err_stats(errs, size, DECODE_MAX)
+    out["p90_abs_pct"] = st["p90_abs_pct"]
+    out["small"] = st["small"]
     return out
 
 
@@ -171,7 +166,8 @@ def _cv_with_residual(family: str, data, ids, folds, p, x0) -> dict:
 
 
 def _key(family: str, e: dict, layout: str = "") -> str:
-    return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}"
+    op = f"|{e['op']}" if e.get("op") and e["op"] != OP_PREFERENCE[0] else ""  # the quant pass: no suffix
+    return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}{op}"
 
 
 def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
@@ -183,18 +179,19 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
-    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p))
+    R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
     return e
 
 
 class StreamData:
-    """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) (work.kernel_work)."""
+    """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) for the quant pass,
+    m k 2 for the scale computation (op compute_scale: an amax pass; work.kernel_work)."""
 
-    def __init__(self, d: pd.DataFrame, peaks: Peaks):
+    def __init__(self, d: pd.DataFrame, peaks: Peaks, op: str = ""):
         self.family, self.d, self.dtype = "quant", d, "fp8"
         self.t = d.time_s.values.astype(float)
         self.bw = peaks.hbm_Bps
-        self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values})[1]
+        self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
 
     def predict(self, p, idx):
         return p[0] * 1e-6 + self.nbytes[idx] / (self.bw * p[1])
@@ -206,12 +203,23 @@ class StreamData:
         )
 
 
-def fit_stream(d: pd.DataFrame, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
-    data = StreamData(d.reset_index(drop=True), peaks)
+QUANT_NOTES = {
+    "": "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements",
+    "scale_matrix": "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements",
+    "compute_scale": "scale computation of a dynamic FP8 quant (measured as dynamic minus static quant "
+    "time): an amax pass reading the BF16 input; not the pass the workload prices",
+}
+
+
+def fit_stream(d: pd.DataFrame, backend: str, peaks: Peaks, gpu: str, folds=None, op: str = "") -> dict:
+    """A stream_v1 entry for the quant rows `d` of one backend and op (the quant pass by default)."""
+    data = StreamData(d.reset_index(drop=True), peaks, op)
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual("quant", data, shape_ids(data.d, "quant"), folds, p, None)
     e = _entry(data, gpu, backend, S.STREAM, {"alpha_us": _r(p[0], 5), "eta_m": _r(p[1], 5)}, cv)
-    e["note"] = "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements"
+    e["note"] = QUANT_NOTES.get(op, QUANT_NOTES[""])
+    if op:
+        e["op"] = op
     R.attach(e, _key("quant", e), R.AXES["quant"], *R.residual_arrays(data, pts, p))
     return e
 
@@ -219,6 +227,7 @@ def fit_stream(d: pd.DataFrame, backend: str, peaks: Peaks, gpu: str, folds=None
 # ---------------------------------------------------------------------------- families of a table
 DTYPE_PREFERENCE = ("fp8_block", "fp8", "bf16")  # the main entry: what the engine runs DeepSeek in
 LAYOUT_PREFERENCE = ("masked", "fused", "contiguous")  # moe: decode's layout first
+OP_PREFERENCE = ("scale_matrix", "")  # quant: the quant pass the workload prices, before compute_scale
 BIG_TABLE = 200  # timed rows from which gemm uses waves_v1 (measured tables spanning m); fewer: overlap_v1
 
 
@@ -227,28 +236,35 @@ def _rank(values, preference) -> int:
 
 
 def _variant(e: dict, **keys) -> dict:
-    return {**keys, **{k: e[k] for k in ("dtype", "backend", "params", "rows", "cv", "residual") if k in e}}
+    return {**keys, **{k: e[k] for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual") if k in e}}
 
 
 def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
     """One waves_v1 / stream_v1 fit per (layout, dtype, backend) group of `d` (>= MIN_ROWS timed rows);
     the preferred group is the entry, every group is listed under `variants` (the reader picks the
-    one matching the priced dtype / layout)."""
-    keys = ["layout", "dtype", "backend"]
+    one matching the priced dtype / layout). quant rows are also grouped by op: the quant pass
+    (scale_matrix) and a dynamic quant's scale computation (compute_scale) are different kernels."""
+    keys = ["layout", "dtype", "backend", "op" if family == "quant" else "layout"]
     fits = []
-    for (layout, dtype, backend), g in d.groupby(keys, sort=True):
+    for (layout, dtype, backend, op), g in d.groupby(keys, sort=True):
+        op = op if family == "quant" else ""
         if len(g) < MIN_ROWS:
-            notes.append(f"{family} {layout or '-'} {dtype} {backend}: {len(g)} rows, too few to fit")
+            notes.append(f"{family} {layout or '-'} {dtype} {backend} {op}: {len(g)} rows, too few to fit".strip())
             continue
         e = (
-            fit_stream(g, backend, peaks, gpu, folds)
+            fit_stream(g, backend, peaks, gpu, folds, op)
             if family == "quant"
             else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds)
         )
         if layout:
             e["layout"] = layout
             e["residual"]["key"] = _key(family, e, layout)
-        rank = (_rank([layout], LAYOUT_PREFERENCE), _rank([dtype], DTYPE_PREFERENCE), -len(g))
+        rank = (
+            _rank([op], OP_PREFERENCE),
+            _rank([layout], LAYOUT_PREFERENCE),
+            _rank([dtype], DTYPE_PREFERENCE),
+            -len(g),
+        )
         fits.append((rank, layout, e))
     if not fits:
         return None

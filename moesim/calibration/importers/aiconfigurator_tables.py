@@ -183,6 +183,16 @@ def bmm(df, ctx):
     return rows(d, ctx, "bmm", time_s=seconds(d["latency"], 1e-3), **cols), {}
 
 
+# SGLang's scale_matrix rows time a PyTorch eager reference, out.copy_((x / scale).clamp(..).to(fp8)):
+# four unfused elementwise kernels (collector/sglang/collect_computescale.py, sglang 0.5.14), not the
+# one fused per-token-group quant kernel SGLang runs before a block-FP8 GEMM; its compute_scale rows
+# are sgl_per_token_quant_fp8 minus that reference, clamped at 0 (hence mostly 0). Kept, not fitted.
+SGLANG_EAGER_QUANT = (
+    "torch-eager reference quant ((x / scale).clamp().to(fp8) + copy_: four unfused PyTorch kernels), "
+    "not the fused per-token-group quant kernel SGLang runs"
+)
+
+
 def quant(df, ctx):
     """scale_matrix_perf (FP8 activation quant pass) / computescale_perf (scale computation)."""
     d = df.reset_index(drop=True)
@@ -191,6 +201,8 @@ def quant(df, ctx):
     zero = out["time_s"].to_numpy(dtype=float) <= 0
     out.loc[zero, "exclude"] = "zero latency recorded (scale computation fused into the quant kernel)"
     out.loc[zero, "time_s"] = np.nan  # a time is > 0 or absent (moesim.calibration.fit.data); the 0 is in `exclude`
+    if ctx.engine == "sglang":
+        out.loc[out["op"].astype(str) == "scale_matrix", "exclude"] = SGLANG_EAGER_QUANT
     return out, {}
 
 

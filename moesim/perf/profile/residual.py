@@ -9,8 +9,10 @@ T_physics) at the measured shapes and w fades the correction out beyond the meas
   (d < EXACT) returns that shape's residual, so a measured shape reproduces its measurement.
   Chosen by leave-one-shape-out error on the H200 sglang DeepGEMM table (29.5k shapes): median of
   12 neighbours 6.2 % / p90 21.7 % vs inverse-distance weighting 8.7 % / 31.7 % (single noisy
-  neighbours, e.g. DeepGEMM's m = 4096 slow rows, drag an IDW mean); per-axis distance scalings
-  gained < 0.5 point and are not used. Multilinear on the grid (a held-out point from its axial
+  neighbours, e.g. DeepGEMM's m = 4096 slow rows, drag an IDW mean). A block may carry
+  `axis_weights` that scale the neighbour search per axis (block-scaled FP8 GEMMs: m 30, n 3, k 1,
+  moesim.calibration.fit.residual.AXIS_WEIGHTS: their configuration depends on m and n, not k;
+  grouped-CV p90 on that table 23.0 -> 21.1 %). Multilinear on the grid (a held-out point from its axial
   neighbours) held out 7.2 % / 21.5 % (bf16 table: 5.6 / 16.1 vs 4.7 / 16.5 here), and needs a
   full grid, which the MoE tables never are;
 * w = exp(-max(0, d_box - 1)^2), d_box the normalized distance to the measured bounding box:
@@ -94,6 +96,16 @@ def neighbour_median(values: np.ndarray, idx: np.ndarray, dist: np.ndarray) -> n
     return np.where(hit, values[idx[:, 0]], out)
 
 
+def search_weights(weights, d: int) -> np.ndarray:
+    """Per-axis scales of the neighbour search (1 each when absent): an axis with weight w counts
+    one grid step as a distance w, so neighbours are taken first along the light axes (a residual
+    block's `axis_weights`, written by the fit where a family's residual varies sharply on some axes)."""
+    w = np.ones(d) if weights is None else np.asarray(weights, float).reshape(-1)
+    if w.shape != (d,) or not (np.isfinite(w).all() and (w > 0).all()):
+        raise CalibrationError("residual: axis_weights must be one positive number per axis")
+    return w
+
+
 def hull_weight(zq: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """exp(-max(0, d_box - 1)^2): 1 inside the measured box and up to one grid step out, -> 0 beyond."""
     box = np.sqrt((np.maximum(0.0, np.maximum(lo - zq, zq - hi)) ** 2).sum(1))
@@ -103,7 +115,7 @@ def hull_weight(zq: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 class Residual:
     """A log-residual interpolator over measured shapes (`points` in log space, one row a shape)."""
 
-    def __init__(self, axes, points, logr, k: int = K_NEAREST):
+    def __init__(self, axes, points, logr, k: int = K_NEAREST, weights=None):
         points = np.asarray(points, float).reshape(len(logr), -1)
         if points.shape[1] != len(axes) or not np.isfinite(points).all() or not np.isfinite(logr).all():
             raise CalibrationError("residual: points must be finite, one column per axis")
@@ -112,13 +124,15 @@ class Residual:
         self.steps = axis_steps(self.points)
         self.z = self.points / self.steps
         self.lo, self.hi = self.z.min(0), self.z.max(0)
+        self.w = search_weights(weights, len(self.axes))
         self.k = k
         self._memo: dict = {}
 
     def log_factor(self, zq: np.ndarray, nearest_fn=None) -> np.ndarray:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
-        query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours)."""
-        idx, dist = (nearest_fn or nearest)(self.z, zq, self.k)
+        query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours).
+        The neighbour search scales each axis by its weight; the hull fade does not."""
+        idx, dist = (nearest_fn or nearest)(self.z * self.w, zq * self.w, self.k)
         return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, dist)
 
     def factor(self, shape: dict) -> np.ndarray:
@@ -188,6 +202,6 @@ def load_residual(block: dict, base_dir) -> Residual:
     key = str(block["key"])
     if f"{key}.points" not in arrays or f"{key}.logr" not in arrays:
         raise CalibrationError(f"residual file {path}: no key {key!r}; rebuild it with `{FIX}`")
-    model = Residual(block["axes"], arrays[f"{key}.points"], arrays[f"{key}.logr"])
+    model = Residual(block["axes"], arrays[f"{key}.points"], arrays[f"{key}.logr"], weights=block.get("axis_weights"))
     _MODELS[cache_key] = model
     return model

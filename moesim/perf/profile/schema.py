@@ -8,7 +8,7 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
     launch:      {us, status: measured | hardware, ...}
     kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
                              residuals?, measurements?: {columns, rows},
-                             residual?: {file, key, axes, points, sha256}  (measured log residuals in
+                             residual?: {file, key, axes, points, sha256, axis_weights?}  (measured log residuals in
                              a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2, params, ...}}}
     collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta | collective_v2 | nccl_proto, params,
@@ -365,6 +365,11 @@ def _validate_residual(c: _Checker, where: str, b) -> None:
     if not isinstance(axes, list) or not axes or not all(isinstance(a, str) and a for a in axes):
         c.fail(f"{where}.axes: must be a non-empty list of shape names")
     c.number(f"{where}.points", b.get("points"), Num(1.0, integer=True))
+    w = b.get("axis_weights")  # optional neighbour-search weights, one per axis
+    if w is not None and (not isinstance(w, list) or len(w) != len(axes)):
+        c.fail(f"{where}.axis_weights: one positive number per axis ({', '.join(axes)})")
+    for i, v in enumerate(w or []):
+        c.number(f"{where}.axis_weights[{i}]", v, Num(0.0, lo_open=True))
     if b.get("_data") is None and not all(isinstance(b.get(f), str) and b[f] for f in ("file", "sha256")):
         c.fail(f"{where}: needs `file` (the .residuals.npz next to the profile) and its `sha256`")
 

@@ -17,6 +17,10 @@ GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
 BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
+# quant ops other than the quant pass itself (aiconfigurator computescale_perf: a dynamic quant's
+# time minus the static quant's, collector/<engine>/collect_computescale.py): the scale computation
+# is an extra amax pass that reads the BF16 input once and writes nothing of size
+QUANT_OP_BYTES_PER_ELEM = {"compute_scale": 2.0}
 
 
 def _need(family: str, shape: dict, cols) -> None:
@@ -40,7 +44,7 @@ def _groups(shape: dict):
 def kernel_work(family: str, dtype: str, sms, shape: dict):
     """(F, B_in, B_out, CTAs per SM) of `family` (GEMMs: m, n, k, groups (or batch; 1 by default),
     tile_pad; MLA decode: batch, q_len, heads, context; moe: tokens, hidden, n, experts, topk, ep,
-    tp, layout; quant: m, k) in `dtype` (a lower-case name)."""
+    tp, layout; quant: m, k, op (the quant pass by default)) in `dtype` (a lower-case name)."""
     if family in GEMM_FAMILIES:
         _need(family, shape, ("m", "n", "k"))
         g = _groups(shape)
@@ -57,7 +61,8 @@ def kernel_work(family: str, dtype: str, sms, shape: dict):
         return F, b_in, b_out, np.ones_like(np.asarray(F, float))
     if family == "quant":
         _need(family, shape, ("m", "k"))
-        nb = np.asarray(shape["m"], float) * np.asarray(shape["k"], float) * QUANT_BYTES_PER_ELEM
+        per_elem = QUANT_OP_BYTES_PER_ELEM.get(str(shape.get("op") or ""), QUANT_BYTES_PER_ELEM)
+        nb = np.asarray(shape["m"], float) * np.asarray(shape["k"], float) * per_elem
         return np.zeros_like(nb), nb, np.zeros_like(nb), np.ones_like(nb)
     b, s, h, c = (shape.get(k) for k in ("batch", "q_len", "heads", "context"))
     _need(family, shape, ("batch", "q_len", "heads", "context"))
