@@ -184,7 +184,9 @@ def rdma_node_share(p: dict, nodes):
     return 1.0 / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
 
 
-def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps):
+def deepep_v2_terms(
+    p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps, host_floor=True
+):
     """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
     SGLang tables); time = alpha_s + wire_s:
 
@@ -218,11 +220,12 @@ def deepep_v2_terms(p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, e
     wire = np.where(moved > 0, scale * ((link / scale) ** q + (sm / scale) ** q) ** (1.0 / q), 0.0)
     # host floor (optional): a host-paced benchmark loop overlaps the GPU work, so a call takes
     # max(host_us, GPU time) (vLLM's DeepEP high-throughput rows: a ~250 us floor up to ~512 tokens)
-    host = float(p.get("host_us") or 0.0) * us
+    # host_floor=False: a call replayed in a CUDA graph (LL decode) has no host pacing
+    host = float(p.get("host_us") or 0.0) * us if host_floor else 0.0
     return (np.maximum(alpha, host - wire) if host > 0 else alpha), wire
 
 
-def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, **kw):
+def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, host_floor=True, **kw):
     """(alpha_s, wire_s) priced by a deepep_v2 entry on a GPU whose nominal links are `nominal`
     ({"rdma": Bps, "nvlink": Bps}): RDMA as a fraction of the live NIC; the intranode rate is the
     absolute one the kernel reached, capped by the live NVLink. An `intranode` sub-entry (DeepEP
@@ -233,9 +236,8 @@ def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, **kw):
     def terms(p):
         nvl, live = float(p["nvlink_GBps"]) * 1e9, nominal.get("nvlink", 0.0)
         rdma = float(p["rdma_frac_nominal"]) * max(nominal.get("rdma", 0.0), 1.0)
-        return deepep_v2_terms(
-            p, nodes=nodes, sms=sms, rdma_Bps=rdma, nvl_Bps=min(nvl, live) if live > 0 else nvl, **kw
-        )
+        nvl_live = min(nvl, live) if live > 0 else nvl
+        return deepep_v2_terms(p, nodes=nodes, sms=sms, rdma_Bps=rdma, nvl_Bps=nvl_live, host_floor=host_floor, **kw)
 
     a, w = terms(e["params"])
     if e.get("intranode"):

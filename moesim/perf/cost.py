@@ -199,6 +199,10 @@ class CostModel:
             experts=sh["experts"],
             msg_bytes=sh["msg_bytes"],
             sms=sh.get("sms"),
+            # a fitted host floor (host-paced benchmark loop) applies where the host paces the call:
+            # eager mode, and DeepEP normal always (its dispatch waits on the host for receive counts);
+            # LL calls replayed in a CUDA graph have none
+            host_floor=(not self.cuda_graphs) or "normal" in str(getattr(mode, "value", mode)),
         )
 
     def _comm_cost(self, op: OpWork, total, alpha, nbytes, prov: str) -> OpCost:

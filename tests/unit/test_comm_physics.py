@@ -108,6 +108,26 @@ def test_host_floor_hides_small_calls_and_leaves_large_ones():
     floored = sum(deepep_v2_terms(TRUE | {"host_us": 250.0}, tokens=tokens, nvl_bytes=nvl, **kw))
     assert plain[0] < 250e-6 and floored[0] == pytest.approx(250e-6)  # a host-paced loop: max(host, GPU)
     assert plain[-1] > 250e-6 and floored[-1] == pytest.approx(plain[-1])  # GPU-bound calls unchanged
+    graphed = sum(deepep_v2_terms(TRUE | {"host_us": 250.0}, tokens=tokens, nvl_bytes=nvl, host_floor=False, **kw))
+    np.testing.assert_allclose(graphed, plain)  # replayed in a CUDA graph: no host pacing
+
+
+def test_cost_model_drops_the_host_floor_for_graphed_ll_calls_only():
+    """A fitted host floor (host-paced benchmark loop) prices eager calls and DeepEP normal (its
+    dispatch waits on the host), not LL calls replayed in a CUDA graph."""
+    from moesim.api import resolve_specs
+    from moesim.perf.cost import CostModel
+    from moesim.workload.kernels import kernel_work
+
+    prof = _profile_with({m: {"dispatch": _v2(host_us=400.0)} for m in ("deepep-ll", "deepep-normal")})
+    mdl, hw = resolve_specs("deepseek-v3", "h200")
+
+    def t(mode, graphs):
+        op = kernel_work(mdl, hw, "dispatch", ep=8, tokens=16, mode=mode)
+        return float(np.ravel(CostModel(hw, mdl, "calibrated", prof, cuda_graphs=graphs).cost(op).time_s)[0])
+
+    assert t("deepep-ll", True) < 300e-6 and t("deepep-ll", False) == pytest.approx(400e-6)
+    assert t("deepep-normal", True) == pytest.approx(400e-6)
 
 
 @pytest.mark.slow  # four bounded fits (seconds)

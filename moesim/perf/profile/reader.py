@@ -309,7 +309,7 @@ class Profile:
         nvl = self._link_bw(p, "nvlink") * ones
         return alpha, rdma, nvl
 
-    def comm_time(self, mode, op, *, tokens, rdma_bytes, nvl_bytes, ep, experts, msg_bytes, sms=None):
+    def comm_time(self, mode, op, *, tokens, rdma_bytes, nvl_bytes, ep, experts, msg_bytes, sms=None, host_floor=True):
         """(alpha_s, wire_s) of a DeepEP dispatch / combine priced by a `deepep_v2` entry, or None when the
         entry is absent or of another model (then comm_params). `sms`: SMs given to the normal
         kernels (--comm-sms; DeepEP's Buffer.num_sms = 20 by default); the LL kernels' own launch
@@ -326,7 +326,7 @@ class Profile:
         kw = dict(
             tokens=tokens, rdma_bytes=rdma_bytes, nvl_bytes=nvl_bytes, experts=experts, ep=ep, msg_bytes=msg_bytes
         )
-        return deepep_entry_terms(e, nodes=nodes, sms=sms, nominal=self._nom, **kw)
+        return deepep_entry_terms(e, nodes=nodes, sms=sms, nominal=self._nom, host_floor=host_floor, **kw)
 
     def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
         """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were
