@@ -27,6 +27,10 @@ BACKEND_PREFERENCE = ("fa3", "flash_attention", "vllm_flash_attn_fa3", "default"
 PARAM_NAMES = ("alpha_us", "eta_c", "eta_m", "cta_us", "sat", "combine_us", "floor_us", "req_us", "pass_eta")
 LO = np.array([0.0, 0.01, 0.01, 0.0, 0.01, 0.0, 0.0, 0.0, 0.005])
 MMHA_ETA_C_LO = 0.001  # MMHA's math runs on CUDA cores: a ceiling far below the tensor-core peak
+# XQA streams the KV of one (request, KV head, block) per CTA with few loads in flight: HBM
+# saturates only with several CTAs per SM (Little's law), so its sat (CTAs per SM that saturate
+# the loads, attn_time) may exceed 1; FA3 / FlashMLA / MMHA keep sat <= 1
+XQA_SAT_HI = 4.0
 HI = np.array([1e4, 1.0, 1.0, 1e3, 1.0, 1e3, 1e4, 1e3, 1.0])
 NP = len(PARAM_NAMES)
 GROUP_COLS = ("batch", "heads", "groups", "k")  # a shape = one curve over the context / isl
@@ -66,10 +70,11 @@ def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, s
     kvb = dtype_bytes(dtype, 2.0)
     F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
     b = d.batch.values.astype(float)
-    lo_c = MMHA_ETA_C_LO if kernel == A.MMHA else LO[1]  # the last item: eta_c's lower bound
+    # the last item: the kernel's bounds (eta_c lower, sat upper)
+    bounds = (MMHA_ETA_C_LO if kernel == A.MMHA else LO[1], XQA_SAT_HI if kernel == A.XQA else HI[4])
     if kind == "q":
-        return F, B, ctas, split, A.q_elems(family, shape), 3.0, b, lo_c
-    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b, lo_c
+        return F, B, ctas, split, A.q_elems(family, shape), 3.0, b, bounds
+    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b, bounds
 
 
 Q_CHOICES = (np.inf, 2.0, 1.0)  # compute/memory combination: max, 2-norm, sum; chosen by held-out error
@@ -90,7 +95,7 @@ def _fit(w, t, idx, peak, bw, sms, q=np.inf):
         idx = np.sort(np.random.default_rng(1).choice(idx, MAX_FIT_ROWS, replace=False))
     n = NP if w[5] else NP - 1  # pass_eta only where an up-cast pass is modelled
     hi, lo = HI.copy(), LO.copy()
-    lo[1] = w[7]
+    lo[1], hi[4] = w[7]  # the kernel's own bounds of eta_c and sat (work_arrays)
     if not np.any(w[3][idx]):  # no split-KV row: the combine cost is not identifiable, 0
         hi[PARAM_NAMES.index("combine_us")] = 1e-9
 
