@@ -220,3 +220,14 @@ def test_entry_time_uses_the_mmha_variant_for_the_rows_that_run_it():
     t, _ = A.entry_time("attention", e, {**shape, "groups": np.array([8.0, 32.0])}, PEAK, BW, SMS)
     assert t[1] > t[0] + 40e-6  # MHA (groups = heads) runs MMHA, GQA 4 runs XQA
     assert A.pick_key("attention", e, shape) == "generation.bf16.d128"
+
+
+def test_fit_splits_trtllm_generation_rows_by_kernel_and_bounds_them():
+    d = pd.DataFrame({"mode": "generation", "backend": ["torch_flow"] * 3 + ["fa3"], "dtype": "bf16",
+                      "heads": [32.0, 32.0, 128.0, 32.0], "groups": [8.0, 32.0, 1.0, 32.0],
+                      "batch": 64.0, "q_len": 1.0, "context": 4096.0, "k": 128.0})  # fmt: skip
+    assert list(FA.kernel_of(d, "attention", SMS)) == [A.XQA, A.MMHA, A.MMHA, ""]  # FA3: one kernel
+    w = FA.work_arrays(d.iloc[:1], "attention", "bf16", SMS, kernel=A.XQA)
+    assert w[7] == (FA.LO[1], FA.XQA_SAT_HI)
+    w = FA.work_arrays(d.iloc[1:2], "attention", "bf16", SMS, kernel=A.MMHA)
+    assert w[7] == (FA.MMHA_ETA_C_LO, FA.HI[4])
