@@ -31,6 +31,55 @@ PARTIAL_BYTES = 4.0  # split-KV partial outputs are FP32 (written by the split, 
 # MLA geometry of the measured kernels (DeepSeek-V3: kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128)
 MLA_DIMS = {"latent": 512, "rope": 64, "qk_nope": 128, "v_head": 128}
 ATTN_FAMILIES = ("mla_decode", "mla_prefill", "attention")
+# TRT-LLM's generation attention on Hopper picks one of two kernels (DecoderXQARunner::shouldUse):
+# XQA (one CTA per (request, KV head, KV block), the query-head group on tensor cores) where the
+# XQA JIT supports the shape (kernelUtils.cpp supportConfigCommon / QGMMA / HMMA: 1 < query heads
+# per KV head <= 32) and mayHavePerfGain (KV heads x batch x max(1, history / 128) x 4 >= SMs;
+# a 16-bit KV cache only: the FP8-KV tables run XQA-speed (QGMMA) kernels at every batch and context);
+# otherwise MMHA (decoderMaskedMultiheadAttention: one CTA per (request, query head), CUDA-core
+# math): a different kernel with its own fitted variant `<key>.mmha`.
+XQA_MAX_GROUP = 32
+XQA_HISTORY_BLOCK = 128  # kMinHistoryTokensPerBlock (decoderXQAConstants.h)
+XQA_MIN_BLOCK_FACTOR = 4.0  # kEnableMinBlockFactor
+XQA_TARGET_WAVES = 8.0  # kTargetWaveFactor (computeMultiBlockCount)
+MMHA_BACKENDS = ("torch_flow",)  # the tables of TRT-LLM's attention op (TrtllmAttention)
+XQA, MMHA = "xqa", "mmha"
+# MMHA launch (decoderMaskedMultiheadAttentionLaunch.h mmha_launch_kernel_ex / multi_block_grid_setup):
+# below 4 CTAs per SM the block grows from 256 threads to fill the SMs (at most 32 warps per SM,
+# register-bound), and the KV is split into at most ceil(SMs x blocks per SM / CTAs) blocks of at
+# least one KV loop (block threads / threads per value x unroll 8 keys; 16 threads per 128-dim value)
+MMHA_THREADS, MMHA_WARPS_PER_SM, MMHA_THREADS_PER_VALUE, MMHA_UNROLL = 256.0, 32.0, 16.0, 8.0
+
+
+def mmha_rows(heads, kv_heads, batch, context, sms, kv_bytes=2.0):
+    """True where TRT-LLM's generation runs MMHA rather than XQA (module constants above)."""
+    h, b, c = _a(heads), _a(batch), _a(context)
+    kvh = np.maximum(_a(heads if kv_heads is None else kv_heads), 1.0)
+    group = h / kvh
+    blocks = kvh * b * np.maximum(1.0, np.floor(c / XQA_HISTORY_BLOCK))
+    few = (blocks * XQA_MIN_BLOCK_FACTOR < float(sms)) & (_a(kv_bytes) >= 2.0)
+    return (group <= 1.0) | (group > XQA_MAX_GROUP) | few
+
+
+def mmha_splits(batch, heads, context, sms):
+    """MMHA multi-block count per (request, query head) CTA (constants above)."""
+    ctas = np.maximum(_a(batch) * _a(heads), 1.0)
+    per_sm = MMHA_WARPS_PER_SM * 32.0 / MMHA_THREADS  # 256-thread blocks an SM holds
+    block = np.minimum(MMHA_THREADS * np.minimum(np.ceil(sms * per_sm / ctas), per_sm), 1024.0)
+    block = np.where(block < 512.0, MMHA_THREADS, np.where(block < 1024.0, 512.0, 1024.0))
+    balanced = np.ceil(sms * (MMHA_WARPS_PER_SM * 32.0 / block) / ctas)
+    loops = np.ceil((_a(context) + 1.0) / (block / MMHA_THREADS_PER_VALUE * MMHA_UNROLL))
+    return np.where(ctas >= 4.0 * sms, 1.0, np.clip(balanced, 1.0, np.maximum(loops, 1.0)))
+
+
+def xqa_splits(batch, kv_heads, context, sms):
+    """XQA multi-block count (decoderXQAImplCommon.h computeMultiBlockCount): history / 128 blocks,
+    at most round(sqrt(8 x that)), cut to about kTargetWaveFactor waves of (request, KV head) CTAs."""
+    b, kvh, c = _a(batch), np.maximum(_a(kv_heads), 1.0), _a(context)
+    n = np.floor(c / XQA_HISTORY_BLOCK)
+    n = np.maximum(np.minimum(n, np.round(np.sqrt(n * 8.0))), 1.0)
+    adj = b * kvh * n / float(sms) / XQA_TARGET_WAVES
+    return np.maximum(np.where(adj > 1.0, np.floor(n / np.maximum(adj, 1.0)), n), 1.0)
 
 
 def _a(x, default=1.0):
@@ -75,7 +124,12 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
             return F, act, b * h * np.ceil(s / PREFILL_TILE_ROWS), b * c * 0.0, b * 0.0
         F, kv, act = gqa_decode_work(b, s, h, kvh, hd, c, kv_bytes=kv_bytes)
         q_in, out = act / 2.0, act / 2.0
-        ctas, reads, splits = decode_grid(b, s, h, kvh, c, sms, split_kv)
+        kernel = shape.get("kernel")
+        # MMHA: one CTA per query head (the heads of one KV head share its reads through L2)
+        ctas, reads, splits = decode_grid(b, s, h, h if kernel == MMHA else kvh, c, sms, split_kv)
+        if kernel in (XQA, MMHA):  # one CTA per (request, KV or query head, KV block)
+            splits = xqa_splits(b, kvh, c, sms) if kernel == XQA else mmha_splits(b, h, c, sms)
+            ctas = np.maximum(b, 1.0) * (kvh if kernel == XQA else h) * splits
     dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
     combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
     # the query tiles of one KV head run concurrently and share its KV through L2: read once
@@ -123,39 +177,59 @@ def q_elems(family: str, shape: dict):
     return _a(shape.get("batch")) * _a(shape.get("q_len")) * _a(shape.get("heads")) * d
 
 
-def pick_variant(family: str, entry: dict, shape: dict) -> dict:
-    """The params of a fitted mla_v2 entry for a shape: the variant of its phase, KV dtype (and, for
-    MHA/GQA, the nearest fitted head dim: `<phase>.<dtype>.d<head dim>`), else one of its phase,
-    else the entry's main params. The head dim must be one number for the whole shape."""
+def pick_key(family: str, entry: dict, shape: dict):
+    """The key of the variant of a fitted mla_v2 entry for a shape: the variant of its phase, KV dtype
+    (and, for MHA/GQA, the nearest fitted head dim: `<phase>.<dtype>.d<head dim>`), else one of its
+    phase; None: the entry's main params. The head dim must be one number for the whole shape.
+    `<key>.mmha` variants (TRT-LLM's MMHA) are picked per row by entry_time, never here."""
     variants = entry.get("variants") or {}
     kv = str(getattr(shape.get("kv_dtype"), "value", shape.get("kv_dtype")) or entry.get("dtype") or "bf16").lower()
     phase = "context" if family == "mla_prefill" or shape.get("prefill") else "generation"
     if family != "attention":
-        return variants[kv]["params"] if kv in variants else entry["params"]
+        return kv if kv in variants else None
     hd = float(np.max(_a(shape.get("k"), 128.0)))
     for prefix in (f"{phase}.{kv}.d", f"{phase}."):
-        dims = [k for k in variants if k.startswith(prefix)]
+        dims = [k for k in variants if k.startswith(prefix) and not k.endswith("." + MMHA)]
         if dims:
-            best = min(dims, key=lambda k: (abs(np.log(float(k.rsplit(".d", 1)[1]) / hd)), k))
-            return variants[best]["params"]
-    return entry["params"]
+            return min(dims, key=lambda k: (abs(np.log(float(k.rsplit(".d", 1)[1]) / hd)), k))
+    return None
+
+
+def pick_variant(family: str, entry: dict, shape: dict) -> dict:
+    """The params of a fitted mla_v2 entry for a shape (pick_key)."""
+    key = pick_key(family, entry, shape)
+    return entry["params"] if key is None else entry["variants"][key]["params"]
+
+
+def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms):
+    b = _a(shape.get("batch"))
+    if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
+        F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
+        return attn_time(F, B, ctas, split, peak, bw, sms, p, b) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
+    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
+    t = attn_time(F, B, ctas, split, peak, bw, sms, p, b)
+    return t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
 
 
 def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
     """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
-    side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak."""
-    p = pick_variant(family, entry, shape)
+    side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak. An XQA variant
+    with a `<key>.mmha` sibling (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it."""
+    key = pick_key(family, entry, shape)
+    variants = entry.get("variants") or {}
+    v = variants[key] if key is not None else entry
     kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
     kvb = dtype_bytes(kv, 2.0)
-    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
-    b = _a(shape.get("batch"))
+    F, B, ctas, kv_elems, split = attn_work(family, {**shape, "kernel": None}, kvb, sms)
     # the roofline of the workload's own work (moesim.workload.attention, what the cost model
     # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
     t_roof = np.maximum(F / peak, (B - split) / bw)
-    if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
-        F2, B2, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
-        t = attn_time(F2, B2, ctas, split, peak, bw, sms, p, b) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
-    else:
-        t = attn_time(F, B, ctas, split, peak, bw, sms, p, b)
-        t = t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
+    kernel = v.get("kernel")
+    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms)
+    mm = variants.get(f"{key}.{MMHA}") if kernel == XQA else None
+    if mm is not None:
+        h = _a(shape.get("heads"))
+        sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
+        if np.any(sel):
+            t = np.where(sel, _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms), t)
     return t, t_roof

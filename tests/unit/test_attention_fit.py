@@ -183,3 +183,51 @@ def test_unfused_passes_add_their_bytes_at_their_ceiling():
     tk, _ = A.entry_time("mla_decode", {"params": {**base, "pass_eta": 0.25}}, shape, PEAK, BW, SMS)
     cast = 64 * 65536 * 576 * 3.0 / (BW * 0.25)  # read the FP8 cache, write a BF16 copy
     assert tk > t0 + cast  # ... and the kernel then reads the BF16 copy (twice the FP8 bytes)
+
+
+def test_trtllm_generation_kernel_choice_xqa_vs_mmha():
+    # XQA only for 1 < q heads per KV head <= 32 (XQA JIT supportConfig) ...
+    sel = A.mmha_rows(np.array([32.0, 32.0, 128.0, 64.0]), np.array([32.0, 8.0, 1.0, 2.0]), 64.0, 4096.0, SMS)
+    assert list(sel) == [True, False, True, False]
+    # ... and with enough (request, KV head, 128-key block) CTAs (mayHavePerfGain: x 4 >= SMs), BF16 KV
+    b = np.array([4.0, 4.0, 1.0, 1.0])
+    c = np.array([128.0, 256.0, 2048.0, 4096.0])
+    assert list(A.mmha_rows(128.0, 8.0, b[:2], c[:2], SMS)) == [True, False]  # 32 vs 64 blocks
+    assert list(A.mmha_rows(8.0, 2.0, b[2:], c[2:], SMS)) == [True, False]
+    assert not np.any(A.mmha_rows(128.0, 8.0, b, c, SMS, kv_bytes=1.0))  # FP8 KV: XQA at every size
+
+
+def test_xqa_and_mmha_multi_block_grids():
+    # XQA: history / 128 blocks, capped at round(sqrt(8 n)), then to ~8 waves
+    assert list(A.xqa_splits(64.0, 2.0, np.array([128.0, 256.0, 512.0, 1024.0, 2048.0]), SMS)) == [1, 2, 4, 8, 8]
+    assert A.xqa_splits(2048.0, 8.0, 65536.0, SMS) == 1.0  # many CTAs: no split
+    # MMHA: 1024-thread blocks below 4 CTAs per SM, one split per 512 keys up to ceil(SMs / CTAs)
+    assert list(A.mmha_splits(1.0, 128.0, np.array([256.0, 512.0, 16384.0]), SMS)) == [1.0, 2.0, 2.0]
+    assert list(A.mmha_splits(1.0, 16.0, np.array([1024.0, 8192.0]), SMS)) == [3.0, 9.0]
+    assert A.mmha_splits(64.0, 32.0, 65536.0, SMS) == 1.0  # >= 4 CTAs per SM: no multi-block
+    shape = {"batch": 1.0, "q_len": 1.0, "heads": 128.0, "groups": 1.0, "k": 128.0, "context": 512.0}
+    _, _, ctas, _, split = A.attn_work("attention", {**shape, "kernel": A.MMHA}, 2.0, SMS)
+    assert ctas == 256.0 and split > 0  # one CTA per query head and KV block
+
+
+def test_entry_time_uses_the_mmha_variant_for_the_rows_that_run_it():
+    xqa = {**P, "alpha_us": 5.0}
+    mmha = {**P, "alpha_us": 50.0}
+    e = {"params": xqa, "dtype": "bf16", "variants": {
+        "generation.bf16.d128": {"params": xqa, "kernel": A.XQA},
+        "generation.bf16.d128.mmha": {"params": mmha, "kernel": A.MMHA}}}  # fmt: skip
+    shape = {"batch": 64.0, "q_len": 1.0, "heads": 32.0, "k": 128.0, "context": 2.0, "kv_dtype": "bf16"}
+    t, _ = A.entry_time("attention", e, {**shape, "groups": np.array([8.0, 32.0])}, PEAK, BW, SMS)
+    assert t[1] > t[0] + 40e-6  # MHA (groups = heads) runs MMHA, GQA 4 runs XQA
+    assert A.pick_key("attention", e, shape) == "generation.bf16.d128"
+
+
+def test_fit_splits_trtllm_generation_rows_by_kernel_and_bounds_them():
+    d = pd.DataFrame({"mode": "generation", "backend": ["torch_flow"] * 3 + ["fa3"], "dtype": "bf16",
+                      "heads": [32.0, 32.0, 128.0, 32.0], "groups": [8.0, 32.0, 1.0, 32.0],
+                      "batch": 64.0, "q_len": 1.0, "context": 4096.0, "k": 128.0})  # fmt: skip
+    assert list(FA.kernel_of(d, "attention", SMS)) == [A.XQA, A.MMHA, A.MMHA, ""]  # FA3: one kernel
+    w = FA.work_arrays(d.iloc[:1], "attention", "bf16", SMS, kernel=A.XQA)
+    assert w[7] == (FA.LO[1], FA.XQA_SAT_HI)
+    w = FA.work_arrays(d.iloc[1:2], "attention", "bf16", SMS, kernel=A.MMHA)
+    assert w[7] == (FA.MMHA_ETA_C_LO, FA.HI[4])

@@ -26,6 +26,11 @@ SMALL_CONTEXT = 8192  # ... and a short context
 BACKEND_PREFERENCE = ("fa3", "flash_attention", "vllm_flash_attn_fa3", "default", "torch_flow", "flashinfer")
 PARAM_NAMES = ("alpha_us", "eta_c", "eta_m", "cta_us", "sat", "combine_us", "floor_us", "req_us", "pass_eta")
 LO = np.array([0.0, 0.01, 0.01, 0.0, 0.01, 0.0, 0.0, 0.0, 0.005])
+MMHA_ETA_C_LO = 0.001  # MMHA's math runs on CUDA cores: a ceiling far below the tensor-core peak
+# XQA streams the KV of one (request, KV head, block) per CTA with few loads in flight: HBM
+# saturates only with several CTAs per SM (Little's law), so its sat (CTAs per SM that saturate
+# the loads, attn_time) may exceed 1; FA3 / FlashMLA / MMHA keep sat <= 1
+XQA_SAT_HI = 4.0
 HI = np.array([1e4, 1.0, 1.0, 1e3, 1.0, 1e3, 1e4, 1e3, 1.0])
 NP = len(PARAM_NAMES)
 GROUP_COLS = ("batch", "heads", "groups", "k")  # a shape = one curve over the context / isl
@@ -52,7 +57,7 @@ def _rows(df: pd.DataFrame, family: str, notes: list) -> pd.DataFrame:
 PASSES = {"kv": "pass_eta", "q": "qpass_eta"}  # unfused pass kinds (attention_eff.pass_time) -> param
 
 
-def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, split_kv=A.SPLIT_KV_MIN):
+def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, split_kv=A.SPLIT_KV_MIN, kernel=None):
     """(F, B, CTAs, KV elements, KV bytes) of the rows (moesim.perf.attention_eff.attn_work); with
     kind "kv" the kernel reads a BF16 copy of the cache made by an unfused up-cast pass; "q": the
     queries are quantized to FP8 by an unfused pass; None: no pass."""
@@ -61,19 +66,22 @@ def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, s
         shape["groups"] = np.where(np.isfinite(d.groups.values), d.groups.values, d.heads.values)
         shape["k"] = np.where(np.isfinite(d.k.values), d.k.values, 128.0)
         shape["prefill"] = str(d["mode"].iloc[0]) == "context"
+        shape["kernel"] = kernel
     kvb = dtype_bytes(dtype, 2.0)
     F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
     b = d.batch.values.astype(float)
+    # the last item: the kernel's bounds (eta_c lower, sat upper)
+    bounds = (MMHA_ETA_C_LO if kernel == A.MMHA else LO[1], XQA_SAT_HI if kernel == A.XQA else HI[4])
     if kind == "q":
-        return F, B, ctas, split, A.q_elems(family, shape), 3.0, b
-    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b
+        return F, B, ctas, split, A.q_elems(family, shape), 3.0, b, bounds
+    return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b, bounds
 
 
 Q_CHOICES = (np.inf, 2.0, 1.0)  # compute/memory combination: max, 2-norm, sum; chosen by held-out error
 
 
 def _predict(p, w, idx, peak, bw, sms, q=np.inf):
-    F, B, ctas, split, pass_elems, pass_bytes, batch = w
+    F, B, ctas, split, pass_elems, pass_bytes, batch = w[:7]
     params = dict(zip(PARAM_NAMES, p), q=q)
     t = A.attn_time(F[idx], B[idx], ctas[idx], split[idx], peak, bw, sms, params, batch[idx])
     return t + (A.pass_time(pass_elems[idx], pass_bytes, bw, p[NP - 1]) if pass_bytes else 0.0)
@@ -86,7 +94,8 @@ def _fit(w, t, idx, peak, bw, sms, q=np.inf):
     if len(idx) > MAX_FIT_ROWS:
         idx = np.sort(np.random.default_rng(1).choice(idx, MAX_FIT_ROWS, replace=False))
     n = NP if w[5] else NP - 1  # pass_eta only where an up-cast pass is modelled
-    hi = HI.copy()
+    hi, lo = HI.copy(), LO.copy()
+    lo[1], hi[4] = w[7]  # the kernel's own bounds of eta_c and sat (work_arrays)
     if not np.any(w[3][idx]):  # no split-KV row: the combine cost is not identifiable, 0
         hi[PARAM_NAMES.index("combine_us")] = 1e-9
 
@@ -99,8 +108,8 @@ def _fit(w, t, idx, peak, bw, sms, q=np.inf):
         [0.8 * t_min, 0.5, 0.7, 1.0, 0.3, 2.0, 0.0, 0.0, 0.2],
         [0.3 * t_min, 0.3, 0.3, 5.0, 1.0, 0.0, t_min, 0.1, 0.05],
     ):
-        x0 = np.clip(np.asarray(x0[:n], float), LO[:n], hi[:n])
-        r = least_squares(res, x0, bounds=(LO[:n], hi[:n]), method="trf", loss="soft_l1", f_scale=0.05, x_scale="jac")
+        x0 = np.clip(np.asarray(x0[:n], float), lo[:n], hi[:n])
+        r = least_squares(res, x0, bounds=(lo[:n], hi[:n]), method="trf", loss="soft_l1", f_scale=0.05, x_scale="jac")
         if best is None or r.cost < best.cost:
             best = r
     return np.concatenate([best.x, [0.0] * (NP - n)])
@@ -151,7 +160,7 @@ def cv_block(errs, folds: int, small) -> dict:
     }
 
 
-def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms):
+def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms, kernel=None):
     """(work arrays, q, pass kind): how compute and memory combine (q) and, for a sub-16-bit KV cache
     in decode, whether the engine runs an unfused KV up-cast or query-quantization pass; chosen by the robust in-sample cost on all
     rows (a choice must cut it by 5 %: these are structural choices, not extra freedom)."""
@@ -160,7 +169,7 @@ def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms):
     decode = family == "mla_decode" or (family == "attention" and str(d["mode"].iloc[0]) != "context")
     best = None
     for kind in (None, "kv", "q") if decode and dtype_bytes(dtype, 2.0) < 2 else (None,):
-        w = work_arrays(d, family, dtype, sms, kind)
+        w = work_arrays(d, family, dtype, sms, kind, kernel=kernel)
         for q in Q_CHOICES:
             r = np.log(_predict(_fit(w, t, idx, peak, bw, sms, q), w, idx, peak, bw, sms, q) / t)
             cost = float(np.sum(np.sqrt(1.0 + (r / 0.05) ** 2) - 1.0))  # the fit's soft-L1 cost
@@ -169,10 +178,20 @@ def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms):
     return best[1:]
 
 
-def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float, sms: int) -> dict:
-    """One variant's params, CV block, row count and the worst held-out residuals."""
+def kernel_of(d: pd.DataFrame, family: str, sms: int) -> np.ndarray:
+    """Per row: the kernel TRT-LLM's generation attention runs (A.XQA or A.MMHA, by
+    moesim.perf.attention_eff.mmha_rows), else "" (one kernel per phase for the other engines)."""
+    trt = ((family == "attention") & (d["mode"] == "generation") & d.backend.isin(A.MMHA_BACKENDS)).values
+    kvb = np.array([dtype_bytes(t or "bf16", 2.0) for t in d.dtype], float)
+    mmha = A.mmha_rows(d.heads.values, d.groups.fillna(d.heads).values, d.batch.values, d.context.values, sms, kvb)
+    return np.where(trt, np.where(mmha, A.MMHA, A.XQA), "")
+
+
+def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float, sms: int, kernel=None) -> dict:
+    """One variant's params, CV block, row count and the worst held-out residuals; kernel: None, or
+    A.MMHA (TRT-LLM's MMHA generation kernel: one CTA per query head)."""
     t = d.time_s.values.astype(float)
-    w, q, kind = _structure(d, family, dtype, peak, bw, sms)
+    w, q, kind = _structure(d, family, dtype, peak, bw, sms, kernel)
     errs, k = grouped_cv(w, t, shape_groups(d), peak, bw, sms, q)
     p = _fit(w, t, np.arange(len(t)), peak, bw, sms, q)
     fitted = _predict(p, w, np.arange(len(t)), peak, bw, sms, q)
@@ -207,13 +226,16 @@ def fit_attention_family(df: pd.DataFrame, family: str, peaks, gpu: str, notes: 
     modes = d["mode"].where(d["mode"] != "", "generation" if family != "mla_prefill" else "context")
     variants = {}
     d = d.assign(mode=modes, hd=d.k.fillna(0.0) if family == "attention" else 0.0)
-    for (mode, dt, hd), g in d.groupby(["mode", "dtype", "hd"], sort=True):
+    d = d.assign(kernel_sel=kernel_of(d, family, sms))
+    for (mode, dt, hd, kernel), g in d.groupby(["mode", "dtype", "hd", "kernel_sel"], sort=True):
         dt = dt or "bf16"
-        key = variant_key(family, mode, dt, hd)
+        key = variant_key(family, mode, dt, hd) + (f".{kernel}" if kernel == A.MMHA else "")
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {key}: {len(g)} rows, too few for the mla_v2 model (needs {MIN_ROWS})")
             continue
-        variants[key] = fit_variant(g.reset_index(drop=True), family, dt, peak, bw, sms)
+        variants[key] = fit_variant(g.reset_index(drop=True), family, dt, peak, bw, sms, kernel or None)
+        if kernel:
+            variants[key]["kernel"] = kernel
     if not variants:
         return None
     main = min(variants, key=lambda v: ("bf16" not in v, "generation" not in v, ".d128" not in v, v))

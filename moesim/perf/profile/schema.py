@@ -156,7 +156,7 @@ PARAMS = {
         "eta_c": ETA,
         "eta_m": ETA,
         "cta_us": US,
-        "sat": ETA,
+        "sat": Num(0.0, 4.0, lo_open=True),  # CTAs per SM that saturate the loads (XQA: up to 4)
         "req_us": US._replace(optional=True),  # per request of the batch
         "pass_eta": ETA._replace(optional=True),  # unfused KV up-cast pass
         "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
