@@ -119,7 +119,7 @@ def summary(df) -> str:
             f"{n:,} pass the filters"
         )
     eng = sorted(set(df["engine"])) if n and "engine" in df else []
-    shown += f" · engine {', '.join(map(str, eng))}" if eng else ""
-    lines = [f"{shown} in {el:.2f} s; batch: {df.attrs.get('units', {}).get('batch', '')}"]
+    tail = f" · engine {', '.join(map(str, eng))}" if eng else ""
+    lines = [f"{shown} in {el:.2f} s{tail}; batch: {df.attrs.get('units', {}).get('batch', '')}"]
     lines += [f"note: {x}" for x in df.attrs.get("notes", [])]
     return "\n".join(lines)

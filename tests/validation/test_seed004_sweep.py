@@ -76,12 +76,6 @@ def _frontier(hardware, ep, c):
     return deployment_frontier(c["model"], hardware, ep, c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="predicted 8.43x per machine at 50 tok/s/user (EP128 H100 over EP8 H200) vs the seed's 3-8x: with the "
-    "H200-derived profiles the single-node H200 frontier sits lower at 50 tok/s/user; the ratio is steep there "
-    "(7.38x with the README-fitted H800 profile)",
-)
 def test_seed004_pareto_multinode(seed_cases):
     c = _cfg(seed_cases["seed004-pareto-multinode"])
     single = _frontier(c["hardware_single"], 8, c)
