@@ -211,10 +211,12 @@ def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms):
     return t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
 
 
-def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
+def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None):
     """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
     side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak. An XQA variant
-    with a `<key>.mmha` sibling (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it."""
+    with a `<key>.mmha` sibling (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it.
+    factor(variant, shape): the variant's measured residual R (the reader's; none: 1)."""
+    factor = factor or (lambda v, sh: 1.0)
     key = pick_key(family, entry, shape)
     variants = entry.get("variants") or {}
     v = variants[key] if key is not None else entry
@@ -225,11 +227,14 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms):
     # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
     t_roof = np.maximum(F / peak, (B - split) / bw)
     kernel = v.get("kernel")
-    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms)
+    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms) * factor(v, shape)
     mm = variants.get(f"{key}.{MMHA}") if kernel == XQA else None
     if mm is not None:
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            t = np.where(sel, _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms), t)
+            t_mm = _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms) * factor(
+                mm, shape
+            )
+            t = np.where(sel, t_mm, t)
     return t, t_roof

@@ -231,3 +231,23 @@ def test_fit_splits_trtllm_generation_rows_by_kernel_and_bounds_them():
     assert w[7] == (FA.LO[1], FA.XQA_SAT_HI)
     w = FA.work_arrays(d.iloc[1:2], "attention", "bf16", SMS, kernel=A.MMHA)
     assert w[7] == (FA.MMHA_ETA_C_LO, FA.HI[4])
+
+
+def test_attention_residual_is_fitted_held_out_and_read_back():
+    """mla_v2 variants carry a measured residual (fit.residual over batch, q_len, heads, context):
+    the cv block is physics x R held out by whole shapes (never better than in-sample by
+    construction: the physics-only figures sit beside it), and the shipped profile's reader applies
+    R, so a measured H200 shape is reproduced closely."""
+    import pandas as pd
+
+    from moesim.perf.profile import load_profile
+    from moesim.specs.loader import data_root, load_hardware
+
+    prof = load_profile(load_hardware("h200"), engine="sglang")
+    v = prof.kernels["mla_decode"]["variants"]["bf16"]
+    assert v["residual"]["axes"] == ["batch", "q_len", "heads", "context"]
+    assert v["cv"]["corrected_by"].startswith("measured residual") and v["cv"]["physics"]["p90_abs_pct"] > 0
+    rows = pd.read_csv(data_root() / "calibration/measurements/h200/sglang/generation_mla_perf.csv.gz")
+    r = rows[(rows.dtype == "bf16") & (rows.batch == 64) & (rows.heads == 128) & (rows.context == 4096)].iloc[0]
+    t = float(np.ravel(prof.kernel_time("mla_decode", batch=64.0, q_len=1.0, heads=128.0, context=4096.0))[0])
+    assert t == pytest.approx(float(r.time_s), rel=0.05)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import residual
 from moesim.perf import attention_eff as A
 from moesim.perf.efficiency import dtype_bytes
@@ -122,23 +123,6 @@ def shape_groups(d: pd.DataFrame) -> np.ndarray:
     return key.groupby(cols, sort=True).ngroup().values
 
 
-def grouped_cv(w, t, groups, peak, bw, sms, q=np.inf, folds=CV_FOLDS):
-    """Held-out relative errors per row; whole shapes are held out together."""
-    errs = np.full(len(t), np.nan)
-    ug = np.unique(groups)
-    k = max(2, min(folds, len(ug)))
-    perm = np.random.default_rng(0).permutation(ug)
-    for i in range(k):
-        test = np.isin(groups, perm[i::k])
-        train = np.flatnonzero(~test)
-        if len(train) < MIN_ROWS:
-            continue
-        p = _fit(w, t, train, peak, bw, sms, q)
-        te = np.flatnonzero(test)
-        errs[te] = _predict(p, w, te, peak, bw, sms, q) / t[te] - 1.0
-    return errs, k
-
-
 def cv_block(errs, folds: int, small) -> dict:
     """median / p90 / max |held-out error| (%), all rows and the decode-sized subset."""
 
@@ -187,24 +171,55 @@ def kernel_of(d: pd.DataFrame, family: str, sms: int) -> np.ndarray:
     return np.where(trt, np.where(mmha, A.MMHA, A.XQA), "")
 
 
-def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float, sms: int, kernel=None) -> dict:
+class _AttnData:
+    """The fit.residual data protocol (t, d, fit, predict) over one variant's work arrays."""
+
+    family = dtype = None  # no neighbour-search weights (fit.residual.weights_for)
+
+    def __init__(self, d, w, t, peak, bw, sms, q):
+        self.d, self.w, self.t, self._k = d, w, t, (peak, bw, sms, q)
+
+    def predict(self, p, idx):
+        return _predict(p, self.w, idx, *self._k)
+
+    def fit(self, idx, x0=None):
+        return _fit(self.w, self.t, idx, *self._k)
+
+
+def _parts(groups: np.ndarray, folds: int = CV_FOLDS) -> list[np.ndarray]:
+    """grouped_cv's folds (whole shapes together, the same permutation) as row-index arrays."""
+    ug = np.unique(groups)
+    k = max(2, min(folds, len(ug)))
+    perm = np.random.default_rng(0).permutation(ug)
+    return [np.flatnonzero(np.isin(groups, perm[i::k])) for i in range(k)]
+
+
+def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float, sms: int, kernel=None, key=None):
     """One variant's params, CV block, row count and the worst held-out residuals; kernel: None, or
-    A.MMHA (TRT-LLM's MMHA generation kernel: one CTA per query head)."""
+    A.MMHA (TRT-LLM's MMHA generation kernel: one CTA per query head). With a residual `key`, the
+    measured residual (fit.residual: physics x R over R.AXES[family]; held-out by the same grouped
+    folds, R built from training rows only) is attached and the cv block is physics x R."""
     t = d.time_s.values.astype(float)
     w, q, kind = _structure(d, family, dtype, peak, bw, sms, kernel)
-    errs, k = grouped_cv(w, t, shape_groups(d), peak, bw, sms, q)
+    parts = _parts(shape_groups(d))
+    data = _AttnData(d, w, t, peak, bw, sms, q)
+    params = [data.fit(np.setdiff1d(np.arange(len(t)), te)) if len(t) - len(te) >= MIN_ROWS else None for te in parts]
+    pts = R.log_points(d, R.AXES[family])
+    cv_errs = R.residual_cv(data, pts, parts, params)
+    errs = cv_errs["grouped"] if key else cv_errs["physics"]
     p = _fit(w, t, np.arange(len(t)), peak, bw, sms, q)
     fitted = _predict(p, w, np.arange(len(t)), peak, bw, sms, q)
     small = (d.batch.values * d.q_len.values <= SMALL_TOKENS) & (d.context.values <= SMALL_CONTEXT)
     worst = np.argsort(-np.nan_to_num(np.abs(errs)))[:5]
-    return {
+    cv = cv_block(errs, len(parts), small)
+    out = {
         "params": {
             **{n: _r(v, 5) for n, v in zip(PARAM_NAMES[:-1], p)},
             **({PASSES[kind]: _r(p[-1], 5)} if kind else {}),
             "q": float(q) if np.isfinite(q) else float("inf"),
         },
         "rows": len(t),
-        "cv": cv_block(errs, k, small),
+        "cv": cv,
         "worst": [
             {
                 **{c: _r(d[c].iloc[i]) for c in ("batch", "q_len", "heads", "context")},
@@ -213,6 +228,12 @@ def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float
             for i in worst
         ],
     }
+    if key:
+        phys = cv_block(cv_errs["physics"], len(parts), small)
+        cv["physics"] = {k: phys[k] for k in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "small")}
+        cv["corrected_by"] = "measured residual (moesim.perf.profile.residual)"
+        R.attach(out, key, R.AXES[family], *R.residual_arrays(data, pts, p))
+    return out
 
 
 def fit_attention_family(df: pd.DataFrame, family: str, peaks, gpu: str, notes: list) -> dict | None:
@@ -233,7 +254,9 @@ def fit_attention_family(df: pd.DataFrame, family: str, peaks, gpu: str, notes: 
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {key}: {len(g)} rows, too few for the mla_v2 model (needs {MIN_ROWS})")
             continue
-        variants[key] = fit_variant(g.reset_index(drop=True), family, dt, peak, bw, sms, kernel or None)
+        variants[key] = fit_variant(
+            g.reset_index(drop=True), family, dt, peak, bw, sms, kernel or None, f"{family}|{key}"
+        )
         if kernel:
             variants[key]["kernel"] = kernel
     if not variants:

@@ -37,6 +37,10 @@ AXES = {  # shape columns the residual is interpolated over (log space), per fam
     "gemm": ("m", "n", "k"),
     "moe": ("tokens", "hidden", "n", "experts", "topk", "ep", "tp"),
     "quant": ("m", "k"),
+    # attention (mla_v2 variants; fit.attention): one curve per batch x heads (x KV heads), over the context
+    "mla_decode": ("batch", "q_len", "heads", "context"),
+    "mla_prefill": ("batch", "q_len", "heads", "context"),
+    "attention": ("batch", "q_len", "heads", "groups", "context"),
 }
 
 

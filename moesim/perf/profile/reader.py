@@ -211,7 +211,14 @@ class Profile:
         """(model, roofline) times of an mla_v2 attention entry (moesim.perf.attention_eff)."""
         if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
             raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
-        return A.entry_time(family, e, shape, peak_flops(self._flops, "bf16"), self._hbm, self._sms)
+        return A.entry_time(family, e, shape, peak_flops(self._flops, "bf16"), self._hbm, self._sms, self._attn_factor)
+
+    def _attn_factor(self, v: dict, shape: dict):
+        """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
+        block = v.get("residual") if v.get("status", "fitted") != "derived" or "residual" in v else None
+        if not block:
+            return 1.0
+        return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
     def kernel_efficiency(self, family: str, **shape):
         """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered.
