@@ -53,10 +53,10 @@ def test_nic_bandwidth_moves_the_overlapped_step():
     from moesim import load_hardware
 
     h = load_hardware("h800")
-    sets = lambda f: [
-        f"hardware.rdma_bw_GBps={h.rdma_bw_GBps * f}",
-        f"hardware.rdma_eff_bw_GBps={h.rdma_eff_bw_GBps * f}",
-    ]  # noqa: E731
+
+    def sets(f):
+        return [f"hardware.rdma_bw_GBps={h.rdma_bw_GBps * f}", f"hardware.rdma_eff_bw_GBps={h.rdma_eff_bw_GBps * f}"]
+
     base = _step(_run(SEED003, "two-batch"))
     slow = _step(_run(SEED003, "two-batch", set=sets(0.5)))
     fast = _step(_run(SEED003, "two-batch", set=sets(2.0)))
