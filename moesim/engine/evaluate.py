@@ -8,7 +8,7 @@ bottleneck of the schedule each configuration runs (`_bottleneck`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -116,15 +116,18 @@ def _chain(sm: Summary, name: str, sch, n, sync):
         period = layer_period(sm.sums[name], sch) + sync
         return period, n * period
     first, period, drain = layer_chain(sm.sums[name], sch)
-    total = np.where(np.asarray(n) > 0, first + (np.asarray(n) - 1) * period + drain + n * sync, 0.0)
+    # n periods plus what the chain's ends add (0 for a single micro-batch's chain): fill, drain
+    total = np.where(np.asarray(n) > 0, n * (period + sync) + ((first - period) + drain), 0.0)
     return period + sync, total
 
 
-def _scheme_times(sm: Summary, scheme: str, model: ModelSpec, sync):
+def _scheme_times(sm: Summary, scheme: str, model: ModelSpec, sync, phase=Phase.PREFILL):
     """(step, MoE layer, dense layer) time of one schedule on a priced summary."""
     if scheme == Overlap.IDEAL.value:
         return _ideal_times(sm)
     sch, ub = SCHEMES[scheme], sm.ub
+    if phase != Phase.PREFILL:  # SGLang caps DeepGEMM's SMs in its prefill TBO only (decode: None)
+        sch = replace(sch, caps_gemm_sms=False)
     # + per-layer synchronisation outside the kernels (hardware spec, 0 unless measured)
     moe_t, moe_all = _chain(sm, "moe_layer", sch, sm.n_moe, sync)
     dense_t, dense_all = _chain(sm, "dense_layer", sch, sm.n_dense, sync)
@@ -220,7 +223,7 @@ def evaluate(
     results = {}
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)
-        step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync)
+        step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync, phase)
         if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
             step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)
