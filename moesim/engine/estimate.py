@@ -13,10 +13,11 @@ from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
 from moesim.grid.validity import require_valid
-from moesim.schedule.schemes import micro_batches, schemes_for
+from moesim.schedule.schemes import SCHEMES, micro_batches, schemes_for
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.units import jsonable
+from moesim.workload.ffn import comm_sms_held
 
 DEFAULTS = {"decode": {"batch": 32, "context": 4096}, "prefill": {"batch": 16384, "context": 4096}}
 
@@ -154,6 +155,20 @@ def _notes(ev, memd, phase, overlap) -> list:
     return notes
 
 
+def _tbo_note(ev, h, phase, ep, comm_sms) -> list:
+    """What a prefill two-batch step exposes besides the critical path (moesim.schedule.schemes)."""
+    if phase != Phase.PREFILL or ep <= 1 or not SCHEMES.get(ev.chosen, SCHEMES["serial"]).caps_gemm_sms:
+        return []
+    held = comm_sms_held(ev.comm, comm_sms)
+    if not held:
+        return []
+    return [
+        f"{ev.chosen} prefill: GEMMs run on {h.sms - held:.0f} of {h.sms} SMs for the whole forward beside "
+        f"DeepEP normal's {held:.0f} (SGLang TBO caps DeepGEMM; DeepSeek's profile: 108 / 24); the first "
+        "layer starts cold and the last layer's combines are exposed (fill/drain)"
+    ]
+
+
 def _inputs(m: ModelSpec, phase, batch, context, mtp, acceptance, redundant_experts):
     batch = DEFAULTS[phase.value]["batch"] if batch is None else _number("batch", batch, "a number in (0, 1e9]")
     context = (
@@ -198,6 +213,7 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
     _check_step(ev, batch, overlap)
     memd = memory_table(ev.memory)
     notes += _notes(ev, memd, phase, overlap)
+    notes += _tbo_note(ev, h, phase, ep, comm_sms)
     config = {"phase": phase.value, "tp": tp, "dp": dp, "ep": ep, "moe_tp": moe_tp, "gpus": tp * dp,
               "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
               "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,

@@ -8,7 +8,7 @@ bottleneck of the schedule each configuration runs (`_bottleneck`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from moesim.metrics.memory import max_batch, memory
 from moesim.metrics.step import metrics
 from moesim.perf.cost import CostModel
 from moesim.schedule.primitives import par, seq
-from moesim.schedule.schemes import SCHEMES, layer_period, micro_batches, overlap_choices, schemes_for
+from moesim.schedule.schemes import SCHEMES, layer_chain, layer_period, micro_batches, overlap_choices, schemes_for
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.workload.attention import core_op
@@ -106,21 +106,38 @@ def _ideal_times(sm: Summary):
     return par(*sm.ideal), moe_t, dense_t
 
 
-def _scheme_times(sm: Summary, scheme: str, model: ModelSpec, sync):
+def _chain(sm: Summary, name: str, sch, n, sync):
+    """(period, time of the group's n layers in a row): the first layer from a cold start, the
+    rest at the steady-state period, plus the drain of the last layer's comm (`layer_chain`);
+    pipelined schemes (next-layer slots: five-stage) take n periods."""
+    if not sm.has[name]:
+        return 0.0, 0.0
+    if any(s.next_layer for s in sch.slots):
+        period = layer_period(sm.sums[name], sch) + sync
+        return period, n * period
+    first, period, drain = layer_chain(sm.sums[name], sch)
+    # n periods plus what the chain's ends add (0 for a single micro-batch's chain): fill, drain
+    total = np.where(np.asarray(n) > 0, n * (period + sync) + ((first - period) + drain), 0.0)
+    return period + sync, total
+
+
+def _scheme_times(sm: Summary, scheme: str, model: ModelSpec, sync, phase=Phase.PREFILL):
     """(step, MoE layer, dense layer) time of one schedule on a priced summary."""
     if scheme == Overlap.IDEAL.value:
         return _ideal_times(sm)
     sch, ub = SCHEMES[scheme], sm.ub
+    if phase != Phase.PREFILL:  # SGLang caps DeepGEMM's SMs in its prefill TBO only (decode: None)
+        sch = replace(sch, caps_gemm_sms=False)
     # + per-layer synchronisation outside the kernels (hardware spec, 0 unless measured)
-    moe_t = layer_period(sm.sums["moe_layer"], sch) + sync if sm.has["moe_layer"] else 0.0
-    dense_t = layer_period(sm.sums["dense_layer"], sch) + sync if sm.has["dense_layer"] else 0.0
+    moe_t, moe_all = _chain(sm, "moe_layer", sch, sm.n_moe, sync)
+    dense_t, dense_all = _chain(sm, "dense_layer", sch, sm.n_dense, sync)
     # the MTP module is one more transformer block (same schedule) plus eh_proj and its LM head,
     # which run serially; step-level ops (embedding, LM head) once per micro-batch
     mtp_t = 0.0
     if sm.has["mtp"]:
         block = moe_t if model.is_moe else dense_t
         mtp_t = (block + sm.extra["mtp"] * ub) * sm.mtp_count
-    return seq(sm.n_moe * moe_t, sm.n_dense * dense_t, sm.extra["step"] * ub, mtp_t), moe_t, dense_t
+    return seq(moe_all, dense_all, sm.extra["step"] * ub, mtp_t), moe_t, dense_t
 
 
 def _wanted(overlap, phase: Phase) -> list[str]:
@@ -206,7 +223,7 @@ def evaluate(
     results = {}
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)
-        step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync)
+        step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync, phase)
         if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
             step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)

@@ -52,6 +52,7 @@ class Summary:
             e = object.__new__(StageSums)
             e.stage = {k: take(v) for k, v in ss.stage.items()}
             e.named = {k: take(v) for k, v in ss.named.items()}
+            e.gemm = {k: take(v) for k, v in ss.gemm.items()}
             e.comm = {k: take(v) for k, v in ss.comm.items()}
             e.sm_share = ss.sm_share
             if self.has[name]:

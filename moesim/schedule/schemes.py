@@ -59,6 +59,11 @@ class Scheme:
     slots: tuple
     edges: tuple
     holds_sms: bool = True  # compute overlapping SM-holding comm kernels loses their SM share
+    # GEMMs run on (SMs - comm SMs) for the whole forward, comm in flight or not: SGLang wraps its
+    # TBO forward in deep_gemm_wrapper.configure_deep_gemm_num_sms(total SMs - DeepEPConfig.num_sms)
+    # (two_batch_overlap._model_forward_tbo, operations_strategy._compute_moe_deepseek_blog_prefill);
+    # DeepSeek's prefill overlap figure: 108 compute / 24 comm SMs throughout (OII-016)
+    caps_gemm_sms: bool = False
     phases: frozenset = frozenset(Phase)  # the phases the scheme applies to
 
 
@@ -99,6 +104,7 @@ TWO_BATCH = Scheme(
         CommEdge("combine", 0, 2, 0, wrap=True),
         CommEdge("combine", 1, 3, 1, wrap=True),
     ),
+    caps_gemm_sms=True,
 )
 # DeepSeek/Perplexity decode five stages, micro-batches offset by 3 stages:
 # A1 B4 A2 B5 A3 B1 A4 B2 A5 B3 — stage 3 is "Dispatch Send, Shared Expert" (seed 004): the send is
@@ -149,12 +155,16 @@ def micro_batches(name: str) -> int:
     return SCHEMES[name].micro_batches if name in SCHEMES else 1
 
 
+GEMM_KINDS = (OpKind.GEMM, OpKind.GROUPED_GEMM)
+
+
 class StageSums:
     """Per-stage compute-stream time of one micro-batch (blocking collectives included; the
     all-to-alls separate), computed in one pass over the op costs so that every scheme reuses it."""
 
     def __init__(self, costs):
         self.stage = {}
+        self.gemm = {}  # per stage: the part of `stage` in (grouped) GEMMs (DeepGEMM, SM-capped in TBO)
         self.named = {}
         self.comm = {"dispatch": 0.0, "combine": 0.0}
         self.sm_share = 0.0
@@ -165,9 +175,20 @@ class StageSums:
                 self.sm_share = max(self.sm_share, c.sm_share)
                 continue
             self.stage[c.stage] = seq(self.stage.get(c.stage, 0.0), c.time_s)
+            if c.kind in GEMM_KINDS:
+                self.gemm[c.stage] = seq(self.gemm.get(c.stage, 0.0), c.time_s)
             for tag in NAMED_TAGS:
                 if tag in c.tags:
                     self.named[tag] = seq(self.named.get(tag, 0.0), c.time_s)
+
+    def slot_gemm(self, slot: Slot):
+        """The (grouped) GEMM part of a slot's compute time (a tag-addressed slot: all of it)."""
+        if slot.only:
+            return self.slot(slot)
+        t = seq(*[self.gemm.get(st, 0.0) for st in slot.stages])
+        for n in slot.skip:  # a skipped tag names GEMM ops (experts_down)
+            t = t - self.named.get(n, 0.0)
+        return t
 
     def slot(self, slot: Slot):
         if slot.only:
@@ -200,7 +221,9 @@ def layer_period(costs, scheme: Scheme, periods: int = 2, trace: list | None = N
     A slot with compute work W that starts while x seconds of comm are still in flight takes
     min(W / (1 - s), W + x * s) — the compute runs on (1 - s) of the SMs while the comm lasts
     (DeepSeek prefill: 108 of 132 SMs compute beside DeepEP normal). So overlap is never worse
-    than exposing the comm serially.
+    than exposing the comm serially. A scheme that caps GEMMs (`caps_gemm_sms`, SGLang TBO) runs
+    a slot's GEMM part G on (1 - s) of the SMs throughout: min(W / (1 - s), W + G * s / (1 - s)
+    + x * s).
     The schedule is a max-plus linear system whose comm edges reach at most one layer ahead; its
     period settles after the first layer (tests check 2 simulated layers against 10 on random
     costs), so the second layer's length is the steady state. Without all-to-all traffic the
@@ -208,27 +231,49 @@ def layer_period(costs, scheme: Scheme, periods: int = 2, trace: list | None = N
     If `trace` is a list, (stream, micro_batch, label, start_s, end_s) tuples of the last two
     periods are appended (arrays, shaped like the grid).
     """
+    ends, _drain = _simulate(costs, scheme, periods, trace)
+    return ends[-1] - ends[-2]
+
+
+def layer_chain(costs, scheme: Scheme):
+    """(first, period, drain) of a chain of layers: the first layer from a cold start (no combine
+    of a previous layer to wait for: pipeline fill), the steady-state period, and the drain — the
+    last layer's combines still in flight when its compute ends, which nothing can hide (DeepSeek
+    prefill overlap figure: the last micro-batch's combine closes the step). n layers take
+    first + (n - 1) * period + drain (exact for schemes without next-layer slots)."""
+    ends, drain = _simulate(costs, scheme, 2, None)
+    return ends[0], ends[1] - ends[0], drain
+
+
+def _capped(ss, scheme, s_share):
+    """Per slot: (compute time, the same with the GEMM part on (1 - s) of the SMs if the scheme caps
+    GEMMs for the whole forward)."""
+    dur = [ss.slot(s) for s in scheme.slots]
+    if not (s_share and scheme.caps_gemm_sms):
+        return dur, dur
+    return dur, [d + ss.slot_gemm(s) * (s_share / (1.0 - s_share)) for d, s in zip(dur, scheme.slots)]
+
+
+def _simulate(costs, scheme: Scheme, periods: int, trace):
+    """Critical path of `periods` layers -> (compute end of each period, drain after the last)."""
     ss = costs if isinstance(costs, StageSums) else StageSums(costs)
     s_share = ss.sm_share if scheme.holds_sms else 0.0
-    dur = [ss.slot(s) for s in scheme.slots]
-    if trace is None and all(np.ndim(v) == 0 and v == 0 for v in ss.comm.values()):
-        return seq(*dur)
+    dur, dur_c = _capped(ss, scheme, s_share)
     comm = ss.comm
+    if trace is None and all(np.ndim(v) == 0 and v == 0 for v in comm.values()):
+        return [seq(*dur_c) * (p + 1) for p in range(periods)], 0.0
     after = {}
     for e in scheme.edges:
         after.setdefault(e.after, []).append(e)
     ready = {}  # (slot index, period) -> earliest start imposed by comm edges
-    compute_free = 0.0
-    comm_free = 0.0
-    ends = []
+    compute_free, comm_free, ends = 0.0, 0.0, []
     for p in range(periods):
         for i, s in enumerate(scheme.slots):
             r = ready.get((i, p))
             start = compute_free if r is None else par(compute_free, r)
-            work = dur[i]
-            if s_share:
-                in_flight = np.maximum(comm_free - start, 0.0)
-                work = np.minimum(work / (1.0 - s_share), work + in_flight * s_share)
+            work = dur_c[i]
+            if s_share:  # never slower than the whole slot on (1 - s) of the SMs
+                work = np.minimum(dur[i] / (1.0 - s_share), work + np.maximum(comm_free - start, 0.0) * s_share)
             end = seq(start, work)
             compute_free = end
             if trace is not None and p >= periods - 2:
@@ -242,8 +287,8 @@ def layer_period(costs, scheme: Scheme, periods: int = 2, trace: list | None = N
                 if trace is not None and p >= periods - 2:
                     trace.append(("comm", e.mb, e.op, c_start, c_end))
         ends.append(compute_free)
-    # steady state: the last period's length (all edges into it are settled)
-    return ends[-1] - ends[-2]
+    # the comm stream is in order: its last transfer is the last one the next layer would wait for
+    return ends, np.maximum(comm_free - compute_free, 0.0)
 
 
 def ideal_period(costs, counts=None):
