@@ -127,7 +127,7 @@ def evaluate_grid(
     dd = _dedupe(grid) if chunk is None else None
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)
-        ev.pricing = profile_info(prof, engine)
+        ev.pricing, ev.imbalance = profile_info(prof, engine), imb or {}
         return ev, notes + imb_notes + ev.notes
     # configurations that differ only in acceptance share every op cost: evaluate each distinct
     # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
@@ -138,4 +138,5 @@ def evaluate_grid(
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
     ev.grid, ev.values, ev.pricing = grid, vals, profile_info(prof, engine)
+    ev.imbalance = imb or {}
     return ev, notes + imb_notes + ev.notes
