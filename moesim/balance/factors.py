@@ -28,7 +28,7 @@ def resolve_expert_skew(model, phase, expert_skew="auto", cost_mode="calibrated"
         if model.is_moe and Phase(phase) == Phase.PREFILL:
             from moesim.balance.popularity import profile_for  # lazy: scipy (start-up time)
 
-            if profile_for(model.name) is not None:
+            if profile_for(model.name, missing_ok=True) is not None:
                 return "published"
         return "uniform"
     return str(expert_skew).strip()

@@ -100,8 +100,11 @@ def _load(path: str, _mtime) -> dict[str, PopularityProfile]:
     return {str(k): build(PopularityProfile, v, file=str(p), path=f"profiles.{k}") for k, v in profiles.items()}
 
 
-def profile_for(model_name: str, path: Path | None = None) -> PopularityProfile | None:
-    """The profile listing ``model_name`` in its models, else None."""
+def profile_for(model_name: str, path: Path | None = None, missing_ok: bool = False) -> PopularityProfile | None:
+    """The profile listing ``model_name`` in its models, else None (also when ``missing_ok`` and a
+    data root without balance/expert_popularity.yaml is in use, e.g. MOESIM_DATA elsewhere)."""
+    if missing_ok and not (Path(path) if path is not None else popularity_file()).is_file():
+        return None
     key = str(model_name).strip().lower().replace("_", "-")
     for prof in load_profiles(path).values():
         if key in (m.strip().lower().replace("_", "-") for m in prof.models):

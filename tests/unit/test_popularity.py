@@ -143,6 +143,14 @@ def test_bad_data_file_values_fail_with_one_line(tmp_path, field, value, words):
         assert w in msg, msg
 
 
+def test_auto_without_a_data_file_is_uniform(tmp_path, monkeypatch):
+    m, _ = resolve_specs("deepseek-v3", "h200")
+    monkeypatch.setattr(P, "popularity_file", lambda: tmp_path / "absent.yaml")
+    assert resolve_expert_skew(m, "prefill") == "uniform"
+    with pytest.raises(SpecError, match="does not exist"):
+        skew_shares(8, 256, 0, "published", model="deepseek-v3")
+
+
 def test_good_data_file_loads_frozen(tmp_path):
     path = tmp_path / "pop.yaml"
     path.write_text(yaml.safe_dump({"profiles": {"p": GOOD}}))
