@@ -1,8 +1,10 @@
 """Rank-imbalance factors for one grid (the step waits for the slowest rank).
 
-Defaults: `expert_skew="uniform"` = equal expert popularity with multinomial noise of a finite
-batch (the optimistic case); `context_dist="fixed"` = DeepSeek's decode load balancer equalises
-KV per rank. Skewed traffic is given with --expert-skew zipf:<s> or a per-expert load CSV.
+Defaults (`expert_skew="auto"`, `resolve_expert_skew`): prefill takes the published routing skew
+of the model (balance/expert_popularity.yaml, "published") where there is one; decode and models
+without published statistics take "uniform" = equal expert popularity with the multinomial noise
+of a finite batch (the balanced "DeepSeek profile" case). `context_dist="fixed"` = DeepSeek's
+decode load balancer equalises KV per rank. Other skews: --expert-skew zipf:<s> or a load CSV.
 """
 
 from __future__ import annotations
@@ -15,12 +17,58 @@ from moesim.enums import Phase, Tag
 from moesim.grid.core import Grid
 
 
+def resolve_expert_skew(model, phase, expert_skew="auto", cost_mode="calibrated") -> str:
+    """The skew an ``--expert-skew`` value means here. "auto": "none" (perfect balance) for the
+    roofline lower bound; in prefill "published" when balance/expert_popularity.yaml has routing
+    statistics for the model (real routing is not uniform: issue 15 section 2); else "uniform"
+    (multinomial noise only; decode keeps it, see docs/calibration.md "Expert load")."""
+    if expert_skew is None or str(expert_skew).strip().lower() == "auto":
+        if str(cost_mode) == "roofline":
+            return "none"
+        if model.is_moe and Phase(phase) == Phase.PREFILL:
+            from moesim.balance.popularity import profile_for  # lazy: scipy (start-up time)
+
+            if profile_for(model.name, missing_ok=True) is not None:
+                return "published"
+        return "uniform"
+    return str(expert_skew).strip()
+
+
+def skew_source(model, expert_skew: str) -> str:
+    """Where a resolved skew comes from, for notes and the JSON config."""
+    if expert_skew == "published":
+        from moesim.balance.popularity import popularity_file, profile_for  # lazy: scipy
+
+        prof = profile_for(model.name)
+        return f"{prof.label()}; {popularity_file().name}" if prof else "published"
+    if expert_skew == "uniform":
+        return "equal expert popularity, multinomial noise of the step's tokens (balanced 'DeepSeek profile' case)"
+    return expert_skew
+
+
+def _expert_factors(imb_mod, model, grid: Grid, phase, expert_skew):
+    """{1: slowest-rank factor, 2: per micro-batch of two} over the grid."""
+    tokens = grid.batch * (grid.q_len if phase != Phase.PREFILL else 1.0) * grid.dp
+    # each micro-batch is its own all-to-all synchronisation: with two micro-batches the slowest
+    # rank is drawn from half the tokens (more multinomial noise) -> "experts@2"
+    factors = {1: np.ones(grid.size), 2: np.ones(grid.size)}
+    layers = model.n_moe_layers if expert_skew == "published" else 1  # hot experts sit elsewhere per layer
+    for ep in np.unique(grid.ep):
+        for red in np.unique(grid.redundant[grid.ep == ep]):
+            sel = (grid.ep == ep) & (grid.redundant == red)
+            shares = imb_mod.skew_shares(
+                int(ep), model.moe.num_experts, int(red), expert_skew, layers=layers, model=model.name
+            )
+            for ub in factors:
+                factors[ub][sel] = imb_mod.expert_rank_imbalance(tokens[sel] / ub, model.moe.top_k, shares)
+    return factors
+
+
 def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_dist="fixed", cost_mode="calibrated"):
-    """-> ({"experts": array, "attention": array}, notes). expert_skew "auto": "none" (perfect
-    balance) for the roofline lower bound, "uniform" (multinomial noise) otherwise."""
+    """-> ({"experts": array, "experts@2": array, "attention": array}, notes); ``expert_skew`` as
+    ``resolve_expert_skew``."""
     notes = []
-    if expert_skew == "auto":
-        expert_skew = "none" if str(cost_mode) == "roofline" else "uniform"
+    expert_skew = resolve_expert_skew(model, phase, expert_skew, cost_mode)
     if expert_skew == "none" and context_dist == "fixed":
         return None, notes
     try:
@@ -31,23 +79,14 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
     out = {}
     phase = Phase(phase)
     if model.is_moe and expert_skew != "none":
-        tokens = grid.batch * (grid.q_len if phase != Phase.PREFILL else 1.0) * grid.dp
-        # each micro-batch is its own all-to-all synchronisation: with two micro-batches the slowest
-        # rank is drawn from half the tokens (more multinomial noise) -> "experts@2"
-        factors = {1: np.ones(grid.size), 2: np.ones(grid.size)}
-        for ep in np.unique(grid.ep):
-            for red in np.unique(grid.redundant[grid.ep == ep]):
-                sel = (grid.ep == ep) & (grid.redundant == red)
-                shares = I.skew_shares(int(ep), model.moe.num_experts, int(red), expert_skew)
-                for ub in factors:
-                    factors[ub][sel] = I.expert_rank_imbalance(tokens[sel] / ub, model.moe.top_k, shares)
+        factors = _expert_factors(I, model, grid, phase, expert_skew)
         out["experts"], out["experts@2"] = factors[1], factors[2]
         if grid.size == 1:
             notes.append(
                 f"slowest EP rank receives {factors[1][0]:.2f}x the mean routed load ({factors[2][0]:.2f}x "
-                f"per micro-batch of two) (expert_skew={expert_skew}"
-                f"{', EPLB over the redundant slots' if grid.redundant[0] else ''}): applied to the expert "
-                f"GEMMs, dispatch and combine"
+                f"per micro-batch of two) (expert_skew={expert_skew}: {skew_source(model, expert_skew)}"
+                f"{'; EPLB over the redundant slots' if grid.redundant[0] else '; no redundant experts'}): applied "
+                f"to the expert GEMMs, dispatch and combine"
             )
     cv = I.context_dist(context_dist)
     if phase != Phase.PREFILL and cv > 0:
@@ -61,6 +100,23 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
                 f"(context_dist={context_dist}): applied to the attention core"
             )
     return out, notes
+
+
+def expert_load_info(model, phase, expert_skew, cost_mode, imbalance, micro_batches: int) -> dict:
+    """The slowest EP rank's routed-load factor of a one-configuration evaluation and where it came
+    from (for the JSON config): the step's factor, the per-micro-batch-of-two one, and the one the
+    chosen schedule (``micro_batches`` per step) applied; ``imbalance`` as `imbalance_factors`."""
+    skew = resolve_expert_skew(model, phase, expert_skew, cost_mode)
+    imb = imbalance or {}
+    one = float(np.ravel(imb["experts"])[0]) if "experts" in imb else 1.0
+    two = float(np.ravel(imb["experts@2"])[0]) if "experts@2" in imb else one
+    return {
+        "skew": skew,
+        "source": skew_source(model, skew) if model.is_moe else "dense model",
+        "slowest_rank_factor": one,
+        "slowest_rank_factor_per_micro_batch_of_two": two,
+        "applied": float(np.ravel(factors_for(imb, micro_batches).get("experts", 1.0))[0]) if imb else 1.0,
+    }
 
 
 def op_factor(tags, factors: dict):
@@ -106,4 +162,4 @@ def check_imbalance_flags(model, expert_skew="auto", context_dist="fixed"):
 
     I.context_dist(context_dist)
     if model.is_moe and str(expert_skew).strip().lower() not in ("auto", "none"):
-        I.skew_shares(1, model.moe.num_experts, 0, expert_skew)
+        I.skew_shares(1, model.moe.num_experts, 0, expert_skew, model=model.name)

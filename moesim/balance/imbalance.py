@@ -21,6 +21,7 @@ import numpy as np
 from scipy import special
 
 from moesim.balance.eplb import load_from_csv, naive_gpu_load, rebalance_experts, zipf_load
+from moesim.balance.popularity import expert_popularity, profile_for
 from moesim.errors import ConfigError
 
 # context_dist (the distribution grammar) lives in specs; re-exported for callers of I.context_dist
@@ -107,7 +108,7 @@ def _expected_max_poisson(pairs: np.ndarray, shares_u: np.ndarray, mult: np.ndar
     return out
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)  # one entry per share row: a published skew has one row per MoE layer
 def _ratio_table(shares_key: bytes, num_ranks: int):
     shares = np.frombuffer(shares_key, dtype=np.float64)
     shares_u, mult = np.unique(shares[shares > 0], return_counts=True)
@@ -270,12 +271,17 @@ def context_skewness(spec: str) -> float:
     return 3.0 * cv + cv**3
 
 
-def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1, seed: int = 0) -> np.ndarray:
+def skew_shares(
+    ep: int, num_experts: int, redundant: int, skew: str, *, layers: int = 1, seed: int = 0, model: str = ""
+) -> np.ndarray:
     """Per-rank share of routed pairs for an ``--expert-skew`` value: "uniform", "zipf:<s>"
-    (``zipf_load``, ``layers`` random permutations with ``seed``) or a path to a CSV of
-    per-expert load (rows = layers). With ``redundant > 0`` the num_experts + redundant
-    slots are placed by EPLB (global policy); otherwise the naive contiguous placement.
-    Returns [ep] for one layer, else [layers, ep] (expert_rank_imbalance averages rows)."""
+    (``zipf_load``, ``layers`` random permutations with ``seed``), "published" (the lognormal
+    popularity of ``model``'s profile in balance/expert_popularity.yaml, ``layers`` permutations;
+    moesim.balance.popularity) or a path to a CSV of per-expert load (rows = layers). With
+    ``redundant > 0`` the num_experts + redundant slots are placed by EPLB (global policy) knowing
+    the expected popularity (an offline EPLB fed the traffic's statistics); otherwise the naive
+    contiguous placement. Returns [ep] for one layer, else [layers, ep] (expert_rank_imbalance
+    averages rows)."""
     for name, v, lo in (("ep", ep, 1), ("num_experts", num_experts, 1), ("redundant", redundant, 0)):
         if int(v) != v or v < lo:
             raise ConfigError(f"{name}: {v!r} must be an integer >= {lo}")
@@ -292,16 +298,41 @@ def skew_shares(ep: int, num_experts: int, redundant: int, skew: str, *, layers:
         except ValueError:
             raise ConfigError(f"expert-skew: {skew!r}: zipf exponent must be a number >= 0") from None
         load = zipf_load(num_experts, z, layers=layers, seed=seed)
+    elif s.lower() == "published":
+        prof = profile_for(model)
+        if prof is None:
+            raise ConfigError(
+                f"expert-skew: no published routing statistics for model {model!r} in balance/expert_popularity.yaml; "
+                f"allowed: uniform, zipf:<s>, <file.csv>"
+            )
+        load = expert_popularity(prof, num_experts, layers=layers, seed=seed)
     elif Path(s).suffix.lower() == ".csv" or Path(s).is_file():
         load = load_from_csv(s)
         if load.shape[1] != num_experts:
             raise ConfigError(f"expert-skew: {s} has {load.shape[1]} columns, expected num_experts = {num_experts}")
     else:
-        raise ConfigError(f"expert-skew: {skew!r} is not one of uniform, zipf:<s>, <file.csv>")
+        raise ConfigError(f"expert-skew: {skew!r} is not one of uniform, published, zipf:<s>, <file.csv>")
     if redundant > 0:
-        shares = rebalance_experts(load, slots, 1, 1, ep).gpu_share()
+        shares = _eplb_shares(load, num_experts, redundant, ep)
     else:
         g = naive_gpu_load(load, ep)
         tot = g.sum(axis=1, keepdims=True)
         shares = np.where(tot > 0, g / np.where(tot > 0, tot, 1.0), 1.0 / ep)
     return shares[0] if shares.shape[0] == 1 else shares
+
+
+def _eplb_shares(load: np.ndarray, num_experts: int, redundant: int, ep: int) -> np.ndarray:
+    """[layers, ep] shares of the best EPLB placement that ``redundant`` slots allow: EPLB's greedy
+    placement with redundant, redundant - ep, ... replicas (the spare slots of a smaller one hold
+    co-located copies, which leave every GPU's load unchanged, as in eplb.py's safeguard), the one
+    with the lowest hottest-GPU share per layer. Greedy packing alone is not monotone in the slot
+    count (EP32, published DeepSeek skew: 64 redundant slots pack ~0.2% worse than 32); an operator
+    with more slots can always deploy the fewer-slot placement, so more slots never raise the max."""
+    best = None
+    for r in range(redundant, 0, -ep):  # (num_experts + r) stays a multiple of ep
+        sh = rebalance_experts(load, num_experts + r, 1, 1, ep).gpu_share()
+        if best is None:
+            best = sh
+        else:
+            best = np.where((sh.max(axis=1) < best.max(axis=1))[:, None], sh, best)
+    return best

@@ -40,7 +40,7 @@ HELP = {
     "comm": "deepep-ll | deepep-normal | nccl | pplx",
     "comm_sms": "SMs given to DeepEP's normal kernels (default: DeepEP's Buffer.num_sms = 20, what SGLang "
     "runs): fewer -> slower dispatch/combine, more -> slower overlapped compute",
-    "expert_skew": "auto | none | uniform | zipf:<s> | load.csv",
+    "expert_skew": "auto (prefill: published where known, else uniform) | none | uniform | published | zipf:<s> | load.csv",
     "context_dist": "fixed | exp | lognormal:<cv>",
     "isl": "phase mixed: input (prompt) tokens per request",
     "osl": "phase mixed: output tokens per request",

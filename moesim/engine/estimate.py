@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moesim.balance.factors import expert_load_info
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError, check_number
@@ -221,5 +222,8 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
               "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing}  # fmt: skip
     if comm_sms is not None:
         config["comm_sms"] = comm_sms
+    config["expert_load"] = expert_load_info(
+        m, phase, expert_skew, cost_mode.value, getattr(ev, "imbalance", None), micro_batches(ev.chosen)
+    )
     ops = op_table(ev.op_costs, micro_batches(ev.chosen))
     return EstimateResult(m, h, config, dict(ev.values), ops, memd, notes)

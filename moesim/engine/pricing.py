@@ -8,9 +8,9 @@ import os
 
 import numpy as np
 
-from moesim.balance.factors import imbalance_factors
+from moesim.balance.factors import imbalance_factors, resolve_expert_skew
 from moesim.engine.evaluate import evaluate
-from moesim.enums import DEFAULT_ENGINE, CostMode, Engine
+from moesim.enums import DEFAULT_ENGINE, CostMode, Engine, Phase
 from moesim.errors import CalibrationError
 from moesim.grid.core import Grid, distinct_rows, replace
 from moesim.metrics.step import metrics
@@ -87,7 +87,10 @@ def _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode, chu
         return imb, notes
     moe_tokens = np.asarray(chunk[2] if len(chunk) > 2 else chunk[0], float)
     all_tokens = replace(grid, batch=grid.batch + moe_tokens / grid.q_len)
-    imb2, notes2 = imbalance_factors(model, hw, all_tokens, phase, expert_skew, "fixed", cost_mode)
+    # the pass routes prompt tokens: "auto" means what it means for a prefill pass (the published
+    # routing skew where there is one), so a fused chunk costs what the same tokens cost in prefill
+    skew = resolve_expert_skew(model, Phase.PREFILL, expert_skew, cost_mode)
+    imb2, notes2 = imbalance_factors(model, hw, all_tokens, phase, skew, "fixed", cost_mode)
     return {**imb, **{k: v for k, v in imb2.items() if k.startswith("experts")}}, notes2 + notes[len(notes2) :]
 
 
@@ -127,7 +130,7 @@ def evaluate_grid(
     dd = _dedupe(grid) if chunk is None else None
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)
-        ev.pricing = profile_info(prof, engine)
+        ev.pricing, ev.imbalance = profile_info(prof, engine), imb or {}
         return ev, notes + imb_notes + ev.notes
     # configurations that differ only in acceptance share every op cost: evaluate each distinct
     # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
@@ -138,4 +141,5 @@ def evaluate_grid(
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
     ev.grid, ev.values, ev.pricing = grid, vals, profile_info(prof, engine)
+    ev.imbalance = imb or {}
     return ev, notes + imb_notes + ev.notes
