@@ -142,7 +142,7 @@ def test_schema_checks_variant_params():
 
 def test_build_profile_writes_an_mla_v2_entry_the_reader_prices(tmp_path):
     from moesim.calibration.fit.peaks import Peaks
-    from moesim.calibration.fit.profile import build_profile, write_profile
+    from moesim.calibration.fit.profile import build_profile, write_profile, write_residuals
     from moesim.calibration.records import COLUMNS
     from moesim.perf.profile.reader import load_profile
     from moesim.specs.loader import load_hardware
@@ -155,7 +155,9 @@ def test_build_profile_writes_an_mla_v2_entry_the_reader_prices(tmp_path):
     prof = build_profile(df, "h200", Peaks.from_hardware(hw))
     e = prof["kernels"]["mla_decode"]
     assert e["model"] == S.MLA_V2 and e["cv"]["p90_abs_pct"] < 2.0
+    write_residuals(prof, tmp_path / "h200.yaml")  # the measured residual's side-car (fit.profile.fit does both)
     write_profile(prof, tmp_path / "h200.yaml")
+    assert (tmp_path / "h200.residuals.npz").exists() and e["variants"]["bf16"]["residual"]["file"]
     p = load_profile(hw, tmp_path / "h200.yaml")
     shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=128.0, context=4096.0)
     assert np.allclose(p.kernel_time("mla_decode", **shape), _t(_decode(shape["batch"], 4096.0)), rtol=0.02)
