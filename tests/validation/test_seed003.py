@@ -60,8 +60,8 @@ def test_capacity(seed_cases):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="predicted 18747 output tokens/s per node vs 14800 (+26.7%): the H200-derived kernels priced "
-    "without a second launch gap per kernel (their fitted alpha holds it) make the decode step faster; "
+    reason="predicted 17950 output tokens/s per node vs 14800 (+21.3%, tolerance 20%): the H200-derived "
+    "kernels priced without a second launch gap per kernel (their fitted alpha holds it); "
     "seed003's figure is a day average of a production cluster (5-stage pipeline, EPLB, real routing)",
 )
 def test_decode_node_throughput(seed_cases):
