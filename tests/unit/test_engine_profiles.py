@@ -332,3 +332,14 @@ def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
         assert t == pytest.approx(
             float(prof.kernel_time("gemm", m=64.0, n=7168, k=2048, dtype=dt.value)), rel=2e-3
         )  # op bytes include the block scales
+
+
+def test_an_engine_without_deepep_tables_takes_the_reference_engines_deepep_fit():
+    """DeepEP is one library whichever engine calls it: TRT-LLM's tables have no DeepEP rows, so its
+    profile takes the same GPU's SGLang deepep_v2 fit (named), not the README-fitted generic one."""
+    p = read_profile_file(PROFILES / "h200.trtllm.yaml")
+    for mode in ("deepep-ll", "deepep-normal"):
+        e = p["comm"][mode]["dispatch"]
+        assert e["model"] == "deepep_v2" and e["inherited_from"] == "h200.sglang"
+    d = read_profile_file(PROFILES / "h100_sxm.trtllm.yaml")["comm"]["deepep-ll"]["dispatch"]
+    assert d["model"] == "deepep_v2" and d["status"] == "derived"

@@ -52,6 +52,8 @@ def _parent_entry(parents: list[dict], section: str, key: str, sub: str | None =
     par, e = found[0]
     out = copy.deepcopy({k: v for k, v in e.items() if k not in ("residuals", "measurements")})
     origin = e.get("inherited_from") or e.get("gpu") or par.get("gpu")
+    if par.get("engine") and not e.get("inherited_from"):  # another engine's fit of the same GPU (a donor)
+        origin = f"{origin}.{par['engine']}"
     out["inherited_status"] = e.get("inherited_status", e.get("status"))
     out["status"] = "inherited"
     out["inherited_from"] = origin
@@ -179,7 +181,9 @@ def build_profile(
             e["alpha_includes_launch"] = True
     borrow_variants(kernels, donors or [], notes)
     _inherit(parents, kernels)
-    comm = _comm_section(df, peaks, gpu, folds, parents, notes)
+    # DeepEP is one library whichever engine calls it: an engine without DeepEP tables takes the
+    # reference engine's fit of the same GPU (a fitted entry outranks the generic parent's inherited one)
+    comm = _comm_section(df, peaks, gpu, folds, parents + list(donors or []), notes)
     collectives = _collectives_section(df, peaks, gpu, folds, parents)
     if launch is None:
         launch = {
