@@ -98,3 +98,19 @@ def test_version_flag_and_metadata_agree():
     assert re.search(r'^license = "Apache-2.0"$', meta, re.M)
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     assert "aiconfigurator" in (ROOT / "NOTICE").read_text()
+
+
+def test_imported_measurements_go_to_the_user_root_and_are_read_back(tmp_path, monkeypatch):
+    from moesim.analyses.roofline import measurements_dir
+
+    shipped = ROOT / "calibration" / "measurements" / "h800" / "gemm.csv"
+    before = shipped.read_bytes()
+    assert measurements_dir("h800") == shipped.parent
+    monkeypatch.setenv("MOESIM_DATA", str(tmp_path))
+    p = run_cli("calibrate", "import", "published", ROOT / "validation" / "published_figures.csv")
+    assert p.returncode == 0, p.stderr
+    mine = tmp_path / "calibration" / "measurements" / "h800"
+    assert (mine / "gemm.csv").read_bytes() == before  # same extraction, written to the user root
+    assert shipped.read_bytes() == before
+    assert measurements_dir("h800") == mine  # `moesim roofline` draws the user's rows
+    assert measurements_dir("b200") == ROOT / "calibration" / "measurements" / "b200"  # else the shipped ones
