@@ -22,7 +22,7 @@ from pathlib import Path
 
 from moesim.engine.phases import estimate
 from moesim.errors import ConfigError
-from moesim.specs.loader import data_root
+from moesim.specs.data import data_root, data_roots
 
 COMM_KERNELS = {"deepep", "pplx", "nccl", "all_to_all", "all_reduce", "all_gather", "dispatch", "combine"}
 
@@ -55,12 +55,13 @@ def op_points(result) -> tuple[list[dict], list[str]]:
 
 
 def measurements_dir(hw_name: str) -> Path:
-    """calibration/measurements/<gpu>/ for a hardware name ('h100-sxm' -> h100_sxm/)."""
-    base = data_root() / "calibration" / "measurements"
-    for cand in (hw_name, hw_name.replace("-", "_"), hw_name.lower().replace("-", "_")):
-        if (base / cand).is_dir():
-            return base / cand
-    return base / hw_name.replace("-", "_")
+    """calibration/measurements/<gpu>/ for a hardware name ('h100-sxm' -> h100_sxm/): the user root's
+    ($MOESIM_DATA, where `calibrate run` writes) when it has one, else the shipped one."""
+    for base in (r / "calibration" / "measurements" for r in data_roots()):
+        for cand in (hw_name, hw_name.replace("-", "_"), hw_name.lower().replace("-", "_")):
+            if (base / cand).is_dir():
+                return base / cand
+    return data_root() / "calibration" / "measurements" / hw_name.replace("-", "_")
 
 
 def _f(row: dict, key: str) -> float | None:

@@ -24,6 +24,27 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version  # lazy: only for --version
+
+        try:
+            v = version("moesim")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "(not installed)"
+        typer.echo(f"moesim {v} ({Path(__file__).resolve().parents[1]})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+):
+    pass
+
+
 @app.command()
 @O.shared("cfg", O.config_block)
 def estimate(

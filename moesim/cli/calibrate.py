@@ -18,7 +18,7 @@ from moesim.calibration.runners import backends as B
 from moesim.calibration.runners.harness import SHAPE_PRESETS
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.errors import CalibrationError
-from moesim.specs.loader import data_root
+from moesim.specs.data import data_root, data_roots, find_data, write_root
 
 app = typer.Typer(
     add_completion=False,
@@ -87,7 +87,7 @@ def run_kernel(
         torch.set_num_threads(int(threads))
     machine = B.machine_info(dev, b)
     if out is None:
-        out = data_root() / "calibration" / "measurements" / B.gpu_slug(machine["gpu"]) / f"{kernel}.csv"
+        out = write_root() / "calibration" / "measurements" / B.gpu_slug(machine["gpu"]) / f"{kernel}.csv"
     res = _run(
         spec,
         b,
@@ -123,7 +123,7 @@ def _run_deepep(backend, quick, out, echo, strict=False):
     if out is None:
         name = B.machine_info("cuda", b)["gpu"]
         out = (
-            data_root()
+            write_root()
             / "calibration"
             / "measurements"
             / B.gpu_slug(name)
@@ -143,7 +143,10 @@ def run_cmd(
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu"),
     quick: bool = typer.Option(False, "--quick", help="a small subset of the shapes"),
     out: Path | None = typer.Option(
-        None, "--out", help="CSV to append to (default: calibration/measurements/<gpu>/<kernel>.csv)"
+        None,
+        "--out",
+        help="CSV to append to (default: calibration/measurements/<gpu>/<kernel>.csv in the checkout, else "
+        "under $MOESIM_DATA or ~/.local/share/moesim)",
     ),
     threads: int | None = typer.Option(None, "--threads", help="CPU only: torch threads (default: torch's)"),
     shapes: str = typer.Option(
@@ -218,7 +221,7 @@ def _profile_file(gpu: str, engine: str | None = None) -> Path:
         return p
     found = profile_path_for(gpu.strip(), engine)
     if found is None:
-        have = sorted(x.stem for x in (data_root() / "calibration" / "profiles").glob("*.yaml"))
+        have = sorted({x.stem for r in data_roots() for x in (r / "calibration" / "profiles").glob("*.yaml")})
         raise CalibrationError(f"no calibration profile for {gpu!r}; available: {', '.join(have) or '(none)'}")
     return found
 
@@ -255,7 +258,8 @@ def derive_cmd(
     """A sibling GPU's profile: the source's efficiencies and latencies, the target's peaks and links."""
     from moesim.calibration.fit.derive import derive  # lazy: pandas + scipy (CLI start-up time)
 
-    src = source if source.exists() or "/" in str(source) else data_root() / "calibration" / "profiles" / source
+    rel = Path("calibration") / "profiles" / source
+    src = source if source.exists() or "/" in str(source) else find_data(rel) or data_root() / rel
     prof = derive(src, gpu, out=out, force=force)
     n = len(prof["derived"])
     typer.echo(f"derived {n} entries of {prof['derived_from']} for {prof['gpu']} ({prof.get('engine') or 'generic'})")
@@ -271,7 +275,10 @@ def import_aiconfigurator_cmd(
         None, "--data-dir", help="aiconfigurator `systems` folder (default: the installed aiconfigurator_core's)"
     ),
     out_dir: Path | None = typer.Option(
-        None, "--out-dir", help="measurements root (default: calibration/measurements); writes <gpu>/<engine>/*.csv.gz"
+        None,
+        "--out-dir",
+        help="measurements root (default: calibration/measurements of the checkout, $MOESIM_DATA or "
+        "~/.local/share/moesim); writes <gpu>/<engine>/*.csv.gz",
     ),
     all_shapes: bool = typer.Option(
         False, "--all-shapes", help="no size trims (attention head_dim 128, GEMM n, k <= 16384)"
@@ -290,13 +297,13 @@ def import_aiconfigurator_cmd(
 def import_published_cmd(
     reference: Path = typer.Argument(..., help="published_figures.csv (kernel-level DG / FMLA / DEP / PPLXK rows)"),
     out_dir: Path | None = typer.Option(
-        None, "--out-dir", help="measurements root (default: calibration/measurements)"
+        None, "--out-dir", help="measurements root (default: calibration/measurements of the checkout or user root)"
     ),
 ):
     """Extract the kernel-level published figures into h800/ and h100_sxm/ measurement CSVs."""
     from moesim.calibration.importers.published import extract  # lazy: pandas (CLI start-up time)
 
-    root = out_dir or data_root() / "calibration" / "measurements"
+    root = out_dir or write_root() / "calibration" / "measurements"
     for path, n in extract(reference, root).items():
         typer.echo(f"{path}: {n} rows")
 

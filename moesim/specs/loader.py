@@ -15,25 +15,22 @@ from pathlib import Path
 import yaml
 
 from moesim.errors import SpecError
+from moesim.specs.data import data_root, data_roots
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.hf_import import default_name, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
 
 
-def data_root() -> Path:
-    """Repository root holding models/, hardware/, calibration/ (override: MOESIM_DATA)."""
-    env = os.environ.get("MOESIM_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2]
-
-
 def catalog(kind: str) -> dict[str, Path]:
-    folder = data_root() / kind
-    if not folder.is_dir():
-        return {}
-    return {p.stem.replace("_", "-"): p for p in sorted(folder.glob("*.yaml"))}
+    """name -> YAML file of `kind` (models, hardware): the shipped catalog, then the user root's
+    (`$MOESIM_DATA/<kind>/*.yaml`), a user entry replacing a shipped one of the same name."""
+    out: dict[str, Path] = {}
+    for root in reversed(data_roots()):
+        folder = root / kind
+        if folder.is_dir():
+            out.update({p.stem.replace("_", "-"): p for p in sorted(folder.glob("*.yaml"))})
+    return out
 
 
 def _resolve(kind: str, name_or_path: str) -> Path:
@@ -46,10 +43,11 @@ def _resolve(kind: str, name_or_path: str) -> Path:
             raise SpecError(f"{kind}: {text!r} is not a file")
         return p
     key = text.strip().lower().replace("_", "-")
-    cat = catalog(kind + ("s" if kind == "model" else ""))
+    folder = kind + ("s" if kind == "model" else "")
+    cat = catalog(folder)
     if key in cat:
         return cat[key]
-    allowed = ", ".join(cat) or "(catalog empty)"
+    allowed = ", ".join(cat) or f"(catalog empty: no {data_root() / folder} folder)"
     raise SpecError(f"{kind}: unknown {kind} {text!r}; available: {allowed} (or a path to a YAML file)")
 
 

@@ -25,7 +25,7 @@ from moesim.engine.pricing import load_profile_for, resolve_specs
 from moesim.enums import DEFAULT_ENGINE, CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
-from moesim.specs.loader import data_root
+from moesim.specs.data import data_root, find_data
 from moesim.workload.kernels import kernel_work
 
 ROW_ID = re.compile(r"\b([A-Z]{2,6}-\d{3})\b")
@@ -72,7 +72,7 @@ def _profile(hw, engine):
 
 def select_rows(spec: dict, where: str) -> list[tuple[str, dict]]:
     """[(id, row)] of the case: the listed ids in order, or `all` usable rows."""
-    path = data_root() / spec["file"]
+    path = find_data(spec["file"]) or data_root() / spec["file"]
     if not path.exists():
         raise SpecError(f"{where}: kernel_rows.file {spec['file']!r} does not exist under {data_root()}")
     rows = read_csv_rows(path)

@@ -31,7 +31,8 @@ from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.specs.loader import data_root, load_hardware
+from moesim.specs.data import relative_label
+from moesim.specs.loader import load_hardware
 
 WRITER_HINT = "the fit produced an entry outside the profile schema (moesim.perf.profile.schema)"
 
@@ -240,10 +241,7 @@ def cv_table(profile: dict) -> list[dict]:
 
 def _file_info(p: Path) -> dict:
     data = Path(p).read_bytes()
-    try:
-        rel = str(Path(p).resolve().relative_to(data_root().resolve()))
-    except ValueError:
-        rel = str(p)
+    rel = relative_label(Path(p))
     text = gzip.decompress(data) if str(p).endswith(".gz") else data  # .csv.gz rows (calibration.records)
     return {"path": rel, "sha256": hashlib.sha256(data).hexdigest()[:16], "rows": max(text.count(b"\n") - 1, 0)}
 

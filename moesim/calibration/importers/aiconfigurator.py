@@ -313,12 +313,12 @@ def import_aiconfigurator(
     all_shapes: bool = False,
 ) -> ImportSummary:
     """Python entry point of `moesim calibrate import aiconfigurator` (system / engine may be 'all')."""
-    from moesim.specs.loader import data_root  # lazy: keeps this module importable without the specs layer
+    from moesim.specs.data import write_root  # lazy: keeps this module importable without the specs layer
 
     if system in REFUSED:  # before looking for data: the refusal does not depend on what is installed
         raise CalibrationError(f"--system {system}: refused; {REFUSED[system]}")
     systems = locate_systems(data_dir)
-    out_root = Path(out_dir) if out_dir else data_root() / "calibration" / "measurements"
+    out_root = Path(out_dir) if out_dir else write_root() / "calibration" / "measurements"
     if engine != "all" and engine not in ENGINES:
         raise CalibrationError(f"--engine {engine!r}: allowed {', '.join(ENGINES)} or all")
     engines = ENGINES if engine == "all" else (engine,)

@@ -44,6 +44,7 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.variants import _measured_nominal, pick_variant
 from moesim.perf.profile.work import kernel_work, model_time, peak_flops
+from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
 
@@ -97,12 +98,13 @@ def _parse_profile_file(path: Path) -> dict:
 def profile_path_for(gpu: str, engine=None, root: Path | None = None) -> Path | None:
     """The profile file a GPU is priced with: calibration/profiles/<gpu>.<engine>.yaml when it exists
     (per-engine kernels), else the GPU's generic <gpu>.yaml; None when neither exists. Names are tried
-    as given and normalized (gb200-nvl72 -> gb200_nvl72)."""
-    prof_dir = (root or data_root()) / "calibration" / "profiles"
+    as given and normalized (gb200-nvl72 -> gb200_nvl72); the user root's profiles ($MOESIM_DATA)
+    before the shipped ones."""
+    dirs = [r / "calibration" / "profiles" for r in ([root] if root else [*user_roots(), data_root()])]
     names = dict.fromkeys((str(gpu), _norm_gpu(gpu)))
     eng = Engine.parse(engine, "engine").value if engine is not None else None
     stems = ([f"{n}.{eng}" for n in names] if eng else []) + list(names)
-    return next((prof_dir / f"{s}.yaml" for s in stems if (prof_dir / f"{s}.yaml").exists()), None)
+    return next((d / f"{s}.yaml" for s in stems for d in dirs if (d / f"{s}.yaml").exists()), None)
 
 
 def load_profile(hardware, path=None, force: bool = False, engine=None) -> Profile | None:
@@ -174,10 +176,7 @@ class Profile:
         """The profile file, relative to the data root when it lies under it (for outputs' provenance)."""
         if self.path is None:
             return None
-        try:
-            return str(self.path.resolve().relative_to(data_root().resolve()))
-        except ValueError:
-            return str(self.path)
+        return relative_label(self.path, data_root())
 
     # ------------------------------------------------------------------ kernels
     @staticmethod
