@@ -260,6 +260,7 @@ def _finish(df, flt, keep_invalid, require_valid, notes):
     df = _apply_filters(df, flt, keep_invalid)
     df.attrs["evaluated"] = evaluated
     df.attrs["notes"] = notes
+    df.attrs["filters"] = {k: v for k, v in flt.items() if v is not None and v is not False}
     df.attrs["units"] = {
         "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
         "context": "tokens",

@@ -1,0 +1,95 @@
+"""Issue 16 parts 4 and 7: time flags with units, plausibility errors with the fix, readable help."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from moesim.errors import ConfigError
+from moesim.units import parse_time_s
+
+
+def run(*argv):
+    """`moesim.cli.main(argv)` in process -> (exit code, stdout, stderr)."""
+    from moesim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(argv))
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("50ms", 0.05),
+        ("50 ms", 0.05),
+        ("50MS", 0.05),
+        ("2s", 2.0),
+        ("2sec", 2.0),
+        ("500us", 5e-4),
+        ("500µs", 5e-4),
+        ("1.5e3us", 1.5e-3),
+        ("250000ns", 2.5e-4),
+        ("0.05", 0.05),  # a bare number keeps the flag's documented unit (seconds)
+        ("5e-2", 0.05),
+        ("1", 1.0),
+        ("1min", 60.0),
+        (0.03, 0.03),
+    ],
+)
+def test_parse_time_table(text, seconds):
+    assert parse_time_s(text, flag="--max-tpot", what="TPOT", max_bare_s=1.0) == pytest.approx(seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("text", ["abc", "5 parsecs", "ms", "", "2s2", "50 parsec"])
+def test_parse_time_rejects_non_durations(text):
+    with pytest.raises(ConfigError, match="--max-tpot: .* is not a duration; .*50ms"):
+        parse_time_s(text, flag="--max-tpot", what="TPOT", max_bare_s=1.0)
+
+
+@pytest.mark.parametrize(
+    "argv,needles",
+    [
+        (
+            ["sweep", "--ep", "8", "--max-tpot", "50"],
+            ["--max-tpot: 50 s is implausible for a TPOT", "did you mean 50ms?"],
+        ),
+        (["sweep", "--ep", "8", "--max-ttft", "2000"], ["--max-ttft: 2000 s", "did you mean 2000ms?", "2s"]),
+        (
+            ["disagg", "--isl", "4000", "--osl", "1000", "--max-ttft", "2s", "--max-tpot", "50"],
+            ["--max-tpot", "did you mean 50ms?"],
+        ),
+        (["plan", "--max-ttft", "2000", "--input-tokens", "1e9"], ["--max-ttft", "did you mean 2000ms?"]),
+        (["sweep", "--ep", "8", "--max-tpot", "fast"], ["--max-tpot: 'fast' is not a duration"]),
+    ],
+)
+def test_implausible_bare_time_is_one_line_error_with_fix(argv, needles):
+    code, _, err = run(*argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    for n in needles:
+        assert n in err
+
+
+def test_time_units_reach_the_filter_and_the_output():
+    """--max-tpot 30ms == --max-tpot 0.03 (same rows); the summary prints the filter in ms."""
+    base = ["sweep", "--ep", "8,16,32,64", "--batch", "16,64", "--context", "2048"]
+    code, with_unit, _ = run(*base, "--max-tpot", "30ms")
+    assert code == 0
+    code, bare, _ = run(*base, "--max-tpot", "0.03")
+    assert code == 0
+    assert with_unit.splitlines()[:-3] == bare.splitlines()[:-3]  # the tables (elapsed time differs)
+    assert "filters: TPOT <= 30.00 ms" in with_unit
+    _, loose, _ = run(*base, "--max-tpot", "1s")
+    assert "filters: TPOT <= 1.000 s" in loose
+    rows = [json.loads(run(*base, "--max-tpot", t, "--json")[1]) for t in ("30ms", "0.03", "1s")]
+    assert len(rows[0]) == len(rows[1]) < len(rows[2])
+    assert max(r["tpot_s"] for r in rows[0]) <= 0.03
