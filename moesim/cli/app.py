@@ -16,7 +16,13 @@ from moesim.report.tables import hardware_line, model_line, print_estimate
 from moesim.report.writer import json_text, write_json
 from moesim.specs import catalog, load_hardware, load_model
 
+# Plain help (click's formatter), not typer's rich panels: those read help text as rich markup
+# (`A:B:STEP` rendered as `A🅱STEP`) and tag every flag with its Python type (`--json <bool>`).
+HELP_MARKUP = None
+
 app = typer.Typer(
+    rich_markup_mode=HELP_MARKUP,
+    context_settings={"max_content_width": 120},  # click's default caps help at 80 columns whatever the terminal
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -77,7 +77,7 @@ def _axis(help_key: str, extra: str = "") -> str:
 Model = Annotated[str | None, typer.Option("--model", "-m", help=HELP["model"])]
 Hardware = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"])]
 Hardwares = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"] + "; comma list")]
-Set = Annotated[list[str] | None, typer.Option("--set", help=HELP["set"])]
+Set = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=HELP["set"])]
 CostMode = Annotated[str | None, typer.Option("--cost-mode", help=HELP["cost_mode"])]
 Engine = Annotated[str, typer.Option("--engine", help=HELP["engine"])]
 ExpertSkew = Annotated[str | None, typer.Option("--expert-skew", help=HELP["expert_skew"])]

@@ -60,11 +60,12 @@ def fmt_cell(v, f):
 
 
 def console():
-    """A rich console; 220 columns wide when not a terminal (pipes, tests)."""
+    """A rich console; 220 columns wide when not a terminal (pipes, tests). Text is printed as is:
+    no markup, no emoji codes (a value such as `A:B:STEP` or `[1, 2]` is data, not styling)."""
 
-    c = Console()
+    c = Console(markup=False, emoji=False)
     if not c.is_terminal:
-        c = Console(width=220)
+        c = Console(width=220, markup=False, emoji=False)
     return c
 
 

@@ -135,6 +135,6 @@ def _model_lines(r) -> list[str]:
 
 def print_estimate(r) -> None:
 
-    c = Console()
+    c = Console(markup=False, emoji=False)  # notes carry user text (file names, `--set` values): printed as is
     c.print(_ops_table(r, wide=c.width >= 100))
     c.print("\n".join(_step_lines(r) + _memory_lines(r) + _model_lines(r)), highlight=False)

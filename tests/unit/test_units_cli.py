@@ -93,3 +93,45 @@ def test_time_units_reach_the_filter_and_the_output():
     rows = [json.loads(run(*base, "--max-tpot", t, "--json")[1]) for t in ("30ms", "0.03", "1s")]
     assert len(rows[0]) == len(rows[1]) < len(rows[2])
     assert max(r["tpot_s"] for r in rows[0]) <= 0.03
+
+
+def _command_paths():
+    """Every command and sub-command of the CLI, as argv prefixes."""
+    import typer
+
+    from moesim.cli import app
+
+    paths, todo = [], [((), typer.main.get_command(app))]
+    while todo:
+        path, cmd = todo.pop()
+        paths.append(list(path))
+        for name, sub in getattr(cmd, "commands", {}).items():
+            todo.append(((*path, name), sub))
+    return paths
+
+
+def test_help_is_plain_text_without_type_tags_on_flags_or_emoji():
+    """`--help` of every command: no `<bool>` tag on a flag, no emoji shortcode rendered
+    (`A:B:STEP` once printed as `A🅱STEP`), the axis grammar printed verbatim."""
+    paths = _command_paths()
+    assert len(paths) >= 15
+    seen_axis = False
+    for path in paths:
+        code, out, err = run(*path, "--help")
+        assert code == 0, (path, err)
+        assert "<bool>" not in out, (path, out)
+        assert all(ord(ch) < 0x2000 for ch in out), (path, [ch for ch in out if ord(ch) >= 0x2000])
+        seen_axis |= "A:B:STEP" in out
+    assert seen_axis
+    _, out, _ = run("sweep", "--help")
+    assert "--max-tpot TIME" in out and "--only-fits " in out and "--set KEY=VALUE" in out
+
+
+def test_report_text_is_not_read_as_markup():
+    """A table cell or note that looks like rich markup or an emoji code is printed as is."""
+    from moesim.report.sweep import console
+
+    c = console()
+    with c.capture() as cap:
+        c.print("axis A:B:STEP, list [b]1[/b], :thumbs_up:")
+    assert cap.get().strip() == "axis A:B:STEP, list [b]1[/b], :thumbs_up:"
