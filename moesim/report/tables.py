@@ -17,9 +17,10 @@ def model_line(m) -> str:
 
 
 def hardware_line(h) -> str:
-    """One line of `moesim hardware`."""
+    """One line of `moesim hardware`: the FP8 peak, or the BF16 one on a GPU without FP8 (A100)."""
+    peak = f"FP8  {h.fp8_tflops:7.0f}" if h.has_fp8 else f"BF16 {h.bf16_tflops:7.0f}"
     return (
-        f"{h.name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+        f"{h.name:14s} {peak} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
         f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
         f"${h.usd_per_gpu_hour:.2f}/GPU-h"
     )

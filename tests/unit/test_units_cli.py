@@ -135,3 +135,43 @@ def test_report_text_is_not_read_as_markup():
     with c.capture() as cap:
         c.print("axis A:B:STEP, list [b]1[/b], :thumbs_up:")
     assert cap.get().strip() == "axis A:B:STEP, list [b]1[/b], :thumbs_up:"
+
+
+@pytest.mark.parametrize(
+    "argv,needles",
+    [
+        (["estimate", "--ep", "144"], ["add --redundant-experts 32 (288 = 2 x 144)", "--ep 128"]),
+        (["estimate", "--ep", "144", "--redundant-experts", "10"], ["add --redundant-experts 32"]),
+        (["estimate", "--ep", "100"], ["add --redundant-experts 44 (300 = 3 x 100)", "--ep 64"]),
+        (["sweep", "--ep", "144"], ["none of the 1 configurations", "add --redundant-experts 32"]),
+    ],
+)
+def test_ep_that_does_not_divide_the_experts_suggests_redundant_experts(argv, needles):
+    code, _, err = run(*argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_suggested_redundant_experts_make_a_valid_deployment():
+    from moesim.api import estimate
+
+    r = estimate(ep=144, redundant_experts=32)
+    assert r.config["ep"] == 144
+
+
+def test_a100_shows_no_fp8_peak():
+    from moesim.analyses.roofline import roofline
+    from moesim.report.tables import hardware_line
+    from moesim.specs import load_hardware
+
+    a100, h200 = load_hardware("a100"), load_hardware("h200")
+    assert not a100.has_fp8 and h200.has_fp8 and load_hardware("b200").has_fp8
+    assert "FP8" not in hardware_line(a100) and "BF16     312 TFLOP/s" in hardware_line(a100)
+    assert "FP8     1979 TFLOP/s" in hardware_line(h200)
+    _, out, _ = run("hardware")
+    assert [ln for ln in out.splitlines() if ln.startswith("a100")][0].split()[1] == "BF16"
+    r = roofline("mixtral-8x7b", "a100", tp=8, ep=8, calibration=False)
+    assert list(r["peaks"]) == ["BF16"]
+    assert "FP8" in roofline("mixtral-8x7b", "h200", tp=8, ep=8, calibration=False)["peaks"]
