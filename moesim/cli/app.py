@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
+from moesim.analyses.fitting import smallest_fitting_ep
 from moesim.cli import options as O
 from moesim.engine.phases import estimate as run_estimate
 from moesim.errors import MoesimError
-from moesim.report.tables import hardware_line, model_line, print_estimate
+from moesim.report.tables import does_not_fit_text, hardware_line, model_line, print_estimate
 from moesim.report.writer import json_text, write_json
 from moesim.specs import catalog, load_hardware, load_model
 
@@ -56,6 +57,8 @@ def estimate(
             typer.echo(f"wrote {out}")
         return
     print_estimate(r)
+    if not r.memory["fits"]:
+        typer.echo(does_not_fit_text(r, smallest_fitting_ep(r)))
 
 
 def _list_catalog(kind: str, load, line, width: int) -> None:

@@ -134,6 +134,25 @@ def _model_lines(r) -> list[str]:
     return lines + [f"note: {n}" for n in r.notes]
 
 
+def does_not_fit_text(r, fit) -> str:
+    """The verdict of an estimate that does not fit, with the smallest EP that does (``fit``: a
+    `moesim.analyses.fitting.FittingEp` or None)."""
+    c, mem = r.config, r.memory
+    head = (
+        f"DOES NOT FIT: {r.model.name} on {c['gpus']} x {r.hardware.name} (TP{c['tp']} DP{c['dp']} EP{c['ep']}) needs "
+        f"{U.fmt_bytes(mem['total_bytes'])} per GPU of {U.fmt_bytes(mem['capacity_bytes'])}; the step above is "
+        "priced as if it fitted."
+    )
+    if fit is None and not r.model.is_moe:
+        return head + " A dense model: raise --tp (its weights split over TP ranks) or lower --batch or --context."
+    if fit is None:
+        return head + " No EP size fits at this batch and context: lower --batch or --context, or use larger GPUs."
+    return (
+        f"{head}\nsmallest EP that fits (same TP, batch, context): --ep {fit.ep} --dp {fit.dp} = {fit.gpus} GPUs, "
+        f"{U.fmt_bytes(fit.total_bytes)} of {U.fmt_bytes(fit.capacity_bytes)} per GPU"
+    )
+
+
 def print_estimate(r) -> None:
 
     c = Console(markup=False, emoji=False)  # notes carry user text (file names, `--set` values): printed as is

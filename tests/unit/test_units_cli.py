@@ -175,3 +175,22 @@ def test_a100_shows_no_fp8_peak():
     r = roofline("mixtral-8x7b", "a100", tp=8, ep=8, calibration=False)
     assert list(r["peaks"]) == ["BF16"]
     assert "FP8" in roofline("mixtral-8x7b", "h200", tp=8, ep=8, calibration=False)["peaks"]
+
+
+def test_estimate_with_no_flags_says_it_does_not_fit_and_the_smallest_ep_that_does():
+    """Default: DeepSeek-V3 on one H800 (698 GB of weights and KV): a clear verdict and the smallest
+    EP that fits, which a full estimate confirms (and the next smaller valid EP does not fit)."""
+    from moesim.api import estimate
+
+    code, out, _ = run("estimate")
+    assert code == 0
+    tail = out.strip().splitlines()[-2:]
+    assert tail[0].startswith("DOES NOT FIT: deepseek-v3 on 1 x h800")
+    assert "smallest EP that fits" in tail[1] and "--ep 16 --dp 16 = 16 GPUs" in tail[1]
+    assert estimate(ep=16).memory["fits"] and not estimate(ep=8).memory["fits"]
+    _, out, _ = run("estimate", "--hardware", "h200")
+    assert "--ep 8 --dp 8 = 8 GPUs" in out and estimate(hardware="h200", ep=8).memory["fits"]
+    _, out, _ = run("estimate", "--ep", "16")
+    assert "DOES NOT FIT" not in out
+    _, out, _ = run("estimate", "--batch", "100000")
+    assert "No EP size fits" in out
