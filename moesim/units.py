@@ -39,7 +39,18 @@ def fmt_time(t_s: float) -> str:
 
 
 # ---------------------------------------------------------------- durations typed by people
-TIME_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0}
+# unit -> (multiplier, divisor) to seconds: a division by an exact power of ten rounds once, so
+# 50ms and 50000us both give the float 0.05 (a multiplication by 1e-3 would not)
+TIME_UNITS_S = {
+    "ns": (1.0, 1e9),
+    "us": (1.0, 1e6),
+    "µs": (1.0, 1e6),
+    "μs": (1.0, 1e6),
+    "ms": (1.0, 1e3),
+    "s": (1.0, 1.0),
+    "sec": (1.0, 1.0),
+    "min": (60.0, 1.0),
+}
 _QUANTITY = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)\s*([^\d\s.+-][^\s]*)?")
 
 
@@ -60,7 +71,8 @@ def parse_time_s(text, *, flag: str, what: str, max_bare_s: float | None = None)
         )
     value = float(m.group(1))
     if unit is not None:
-        return value * TIME_UNITS_S.get(unit, TIME_UNITS_S.get(unit.lower()))
+        mult, div = TIME_UNITS_S.get(unit, TIME_UNITS_S.get(unit.lower()))
+        return value * mult / div
     if max_bare_s is not None and math.isfinite(value) and value > max_bare_s:
         raise ConfigError(
             f"{flag}: {value:g} s is implausible for a {what} (a bare number is in seconds); "

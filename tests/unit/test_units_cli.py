@@ -49,6 +49,15 @@ def test_parse_time_table(text, seconds):
     assert parse_time_s(text, flag="--max-tpot", what="TPOT", max_bare_s=1.0) == pytest.approx(seconds, rel=1e-12)
 
 
+def test_units_give_the_same_float_as_the_bare_seconds():
+    """50ms, 50000us and 0.05 are the same float: the filters and the JSON echo of the targets agree."""
+    same = {
+        parse_time_s(t, flag="--max-tpot", what="TPOT", max_bare_s=1.0) for t in ("50ms", "50000us", "0.05", "5e7ns")
+    }
+    assert same == {0.05}
+    assert parse_time_s("2000ms", flag="--max-ttft", what="TTFT", max_bare_s=60.0) == 2.0
+
+
 @pytest.mark.parametrize("text", ["abc", "5 parsecs", "ms", "", "2s2", "50 parsec"])
 def test_parse_time_rejects_non_durations(text):
     with pytest.raises(ConfigError, match="--max-tpot: .* is not a duration; .*50ms"):
