@@ -54,6 +54,12 @@ TIME_UNITS_S = {
 _QUANTITY = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)\s*([^\d\s.+-][^\s]*)?")
 
 
+# A bare time above these is milliseconds typed without the unit (TPOT 50, TTFT 2000): refused with
+# the fix. TPOT > 1 s is < 1 token/s per user; a TTFT target > 60 s is no interactive SLO.
+TPOT_MAX_BARE_S = 1.0
+TTFT_MAX_BARE_S = 60.0
+
+
 def parse_time_s(text, *, flag: str, what: str, max_bare_s: float | None = None) -> float:
     """A duration typed on the command line -> seconds: ``50ms``, ``2s``, ``500us``, ``0.05``.
     A bare number is in seconds (the flag's documented unit); one above ``max_bare_s`` (TPOT 50,

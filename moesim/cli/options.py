@@ -57,10 +57,8 @@ HELP = {
 }
 
 
-# A bare time above these is milliseconds typed without the unit (TPOT 50, TTFT 2000): refused with
-# the fix. TPOT > 1 s is < 1 token/s per user; a TTFT target > 60 s is no interactive SLO.
-TPOT_MAX_BARE_S = 1.0
-TTFT_MAX_BARE_S = 60.0
+TPOT_MAX_BARE_S = U.TPOT_MAX_BARE_S  # bare numbers above: milliseconds typed without the unit
+TTFT_MAX_BARE_S = U.TTFT_MAX_BARE_S
 
 
 def time_option(*flags: str, what: str, max_bare_s: float, help: str):

@@ -203,3 +203,17 @@ def test_estimate_with_no_flags_says_it_does_not_fit_and_the_smallest_ep_that_do
     assert "DOES NOT FIT" not in out
     _, out, _ = run("estimate", "--batch", "100000")
     assert "No EP size fits" in out
+
+
+def test_study_filters_take_units(tmp_path):
+    """A study YAML may write `max_tpot_s: 30ms`: the same rows as 0.03; a quoted bare '50' is refused."""
+    from moesim.api import sweep
+
+    axes = {"ep": [8, 16, 32], "batch": [16, 64]}
+    a = sweep(hardware="h800", axes=axes, filters={"max_tpot_s": "30ms"})
+    b = sweep(hardware="h800", axes=axes, filters={"max_tpot_s": 0.03})
+    assert len(a) == len(b) < len(sweep(hardware="h800", axes=axes))
+    bad = tmp_path / "study.yaml"
+    bad.write_text('axes: {ep: [8]}\nfilters: {max_tpot_s: "50"}\n')
+    code, _, err = run("sweep", "--study", str(bad))
+    assert code == 2 and "filters.max_tpot_s: 50 s is implausible" in err and "50ms" in err
