@@ -203,6 +203,8 @@ def roofline(model="deepseek-v3", hardware="h800", *, measurements=None, calibra
     hw = r.hardware
     pts, left_out = op_points(r)
     peaks = {"FP8": hw.fp8_tflops * 1e12, "BF16": hw.bf16_tflops * 1e12}
+    if not hw.has_fp8:  # Ampere: FP8 GEMMs run at the BF16 rate, one roof
+        del peaks["FP8"]
     fp4 = getattr(hw, "fp4_tflops", None)
     if fp4:
         peaks = {"FP4": fp4 * 1e12, **peaks}

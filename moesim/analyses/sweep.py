@@ -25,6 +25,7 @@ from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Ph
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import derive as derive_layout
+from moesim.grid.validity import fix_hint
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
@@ -198,7 +199,7 @@ def sweep(
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    return _finish(df, flt, keep_invalid, require_valid, notes)
+    return _finish(df, flt, keep_invalid, require_valid, notes, specs[0][0])
 
 
 def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes) -> dict:
@@ -248,10 +249,12 @@ def _categoricals(ax: dict, hardware, phase):
     return hw_list, phases, overlaps, comms
 
 
-def _finish(df, flt, keep_invalid, require_valid, notes):
+def _finish(df, flt, keep_invalid, require_valid, notes, model):
     """Counts before filtering, the filters, and the frame's attrs (evaluated, notes, units)."""
     if require_valid and len(df) and not df["valid"].any():
-        raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {df['reason'].iloc[0]}")
+        first = str(df["reason"].iloc[0])
+        hint = fix_hint(model, first, float(df["ep"].iloc[0]), float(df["redundant"].iloc[0]))
+        raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {first}{hint}")
     evaluated = {
         "configurations": int(len(df)),
         "valid": int(df["valid"].sum()) if len(df) else 0,
@@ -260,6 +263,7 @@ def _finish(df, flt, keep_invalid, require_valid, notes):
     df = _apply_filters(df, flt, keep_invalid)
     df.attrs["evaluated"] = evaluated
     df.attrs["notes"] = notes
+    df.attrs["filters"] = {k: v for k, v in flt.items() if v is not None and v is not False}
     df.attrs["units"] = {
         "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
         "context": "tokens",

@@ -9,14 +9,21 @@ from typing import Annotated
 
 import typer
 
+from moesim.analyses.fitting import smallest_fitting_ep
 from moesim.cli import options as O
 from moesim.engine.phases import estimate as run_estimate
 from moesim.errors import MoesimError
-from moesim.report.tables import hardware_line, model_line, print_estimate
+from moesim.report.tables import does_not_fit_text, hardware_line, model_line, print_estimate
 from moesim.report.writer import json_text, write_json
 from moesim.specs import catalog, load_hardware, load_model
 
+# Plain help (click's formatter), not typer's rich panels: those read help text as rich markup
+# (`A:B:STEP` rendered as `A🅱STEP`) and tag every flag with its Python type (`--json <bool>`).
+HELP_MARKUP = None
+
 app = typer.Typer(
+    rich_markup_mode=HELP_MARKUP,
+    context_settings={"max_content_width": 120},  # click's default caps help at 80 columns whatever the terminal
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -71,6 +78,8 @@ def estimate(
             typer.echo(f"wrote {out}")
         return
     print_estimate(r)
+    if not r.memory["fits"]:
+        typer.echo(does_not_fit_text(r, smallest_fitting_ep(r)))
 
 
 def _list_catalog(kind: str, load, line, width: int) -> None:

@@ -199,7 +199,7 @@ def print_cv_table(prof: dict) -> None:
         t.add_column(c, justify="left" if c == "kernel" else "right")
     for r in rows:
         t.add_row(r["kernel"], str(r["rows"]), str(r["folds"]), _pct(r["median_abs_pct"]), _pct(r["max_abs_pct"]))
-    Console().print(t)
+    Console(emoji=False).print(t)
     inh = prof.get("inherited") or {}
     if inh:
         typer.echo("inherited: " + ", ".join(f"{k} <- {v}" for k, v in inh.items()))
@@ -343,8 +343,8 @@ def print_compare(res: dict) -> None:
     for f in res["families"]:
         pct = [_pct(None if f[k] is None else 100 * f[k]) for k in ("median", "p10", "p90", "p90_abs")]
         t.add_row(f["family"], str(f["count"]), str(f["exact"]), str(f["unmatched"]), *pct)
-    con = Console()
-    con = Console(width=max(con.width, 150))  # family names are long: no truncation in a pipe (80 columns)
+    con = Console(emoji=False)
+    con = Console(width=max(con.width, 150), emoji=False)  # family names are long: no truncation in a pipe (80 columns)
     con.print(t)
     con.print(
         f"A: {res['a_rows']} rows ({res['a_left_out']} left out: excluded or no time) from {len(res['a'])} files; "

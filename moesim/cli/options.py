@@ -19,6 +19,8 @@ from typing import Annotated
 
 import typer
 
+from moesim import units as U
+
 AXIS_HELP = "comma list, A:B (doubling from A to B) or A:B:STEP (linear)"
 HELP = {
     "model": "catalog name, YAML spec or HF config.json",
@@ -49,10 +51,20 @@ HELP = {
     "--max-batched-tokens token budget (default 8192 on H100/H200)",
     "request_rate": "phase mixed: requests/s to the deployment (open loop, Poisson); default: closed loop with "
     "--batch concurrent requests per DP group",
-    "max_tpot": "keep rows with TPOT at most this many SECONDS (0.05 = 50 ms)",
-    "max_ttft": "keep rows with TTFT at most this many SECONDS (prefill, mixed)",
+    "max_tpot": "keep rows with TPOT at most this: 50ms, 0.05s (a bare number is seconds)",
+    "max_ttft": "keep rows with TTFT at most this (prefill, mixed): 2s, 500ms (a bare number is seconds)",
     "min_tpu": "keep rows with at least this many tokens/s per user (decode)",
 }
+
+
+TPOT_MAX_BARE_S = U.TPOT_MAX_BARE_S  # bare numbers above: milliseconds typed without the unit
+TTFT_MAX_BARE_S = U.TTFT_MAX_BARE_S
+
+
+def time_option(*flags: str, what: str, max_bare_s: float, help: str):
+    """A duration flag (seconds inside): ``50ms``, ``2s``, ``500us`` or a bare number of seconds."""
+    parse = functools.partial(U.parse_time_s, flag=flags[0], what=what, max_bare_s=max_bare_s)
+    return typer.Option(*flags, parser=parse, metavar="TIME", help=help)
 
 
 def _axis(help_key: str, extra: str = "") -> str:
@@ -63,7 +75,7 @@ def _axis(help_key: str, extra: str = "") -> str:
 Model = Annotated[str | None, typer.Option("--model", "-m", help=HELP["model"])]
 Hardware = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"])]
 Hardwares = Annotated[str | None, typer.Option("--hardware", "-g", help=HELP["hardware"] + "; comma list")]
-Set = Annotated[list[str] | None, typer.Option("--set", help=HELP["set"])]
+Set = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=HELP["set"])]
 CostMode = Annotated[str | None, typer.Option("--cost-mode", help=HELP["cost_mode"])]
 Engine = Annotated[str, typer.Option("--engine", help=HELP["engine"])]
 ExpertSkew = Annotated[str | None, typer.Option("--expert-skew", help=HELP["expert_skew"])]
@@ -74,8 +86,12 @@ ChunkTokens = Annotated[
     float | None, typer.Option("--chunked-prefill-size", "--max-batched-tokens", help=HELP["chunk_tokens"])
 ]
 RequestRate = Annotated[float | None, typer.Option("--request-rate", help=HELP["request_rate"])]
-MaxTpot = Annotated[float | None, typer.Option("--max-tpot", help=HELP["max_tpot"])]
-MaxTtft = Annotated[float | None, typer.Option("--max-ttft", help=HELP["max_ttft"])]
+MaxTpot = Annotated[
+    float | None, time_option("--max-tpot", what="TPOT", max_bare_s=TPOT_MAX_BARE_S, help=HELP["max_tpot"])
+]
+MaxTtft = Annotated[
+    float | None, time_option("--max-ttft", what="TTFT", max_bare_s=TTFT_MAX_BARE_S, help=HELP["max_ttft"])
+]
 MinTpu = Annotated[float | None, typer.Option("--min-tokens-per-s-per-user", help=HELP["min_tpu"])]
 
 # ---------------------------------------------------------------- one configuration (scalars)

@@ -119,7 +119,10 @@ def traffic_block(
     min_tokens_per_s_per_user: Annotated[
         float | None, typer.Option("--min-tokens-per-s-per-user", help="decode SLO (default 20)")
     ] = None,
-    max_ttft: Annotated[float | None, typer.Option("--max-ttft", help="prefill TTFT SLO in s (default none)")] = None,
+    max_ttft: Annotated[
+        float | None,
+        O.time_option("--max-ttft", what="TTFT", max_bare_s=O.TTFT_MAX_BARE_S, help="prefill TTFT SLO: 2s, 800ms"),
+    ] = None,
     prefill_ep: Annotated[int | None, typer.Option("--prefill-ep", help="prefill unit EP = DP (default 32)")] = None,
     decode_ep: Annotated[int | None, typer.Option("--decode-ep", help="decode unit EP = DP (default 144)")] = None,
     prefill_batch_tokens: Annotated[

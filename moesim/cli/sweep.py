@@ -151,8 +151,16 @@ def _decode_axes(spec, mtp, axes) -> dict:
 def disagg_cmd(
     isl: Annotated[float, typer.Option("--isl", help="prompt (input) tokens per request")],
     osl: Annotated[float, typer.Option("--osl", help="output tokens per request")],
-    max_ttft: Annotated[float, typer.Option("--max-ttft", help="TTFT target in SECONDS (incl. KV transfer)")],
-    max_tpot: Annotated[float, typer.Option("--max-tpot", help="TPOT target in SECONDS (0.05 = 50 ms)")],
+    max_ttft: Annotated[
+        float,
+        O.time_option(
+            "--max-ttft", what="TTFT", max_bare_s=O.TTFT_MAX_BARE_S, help="TTFT target incl. KV transfer: 2s, 500ms"
+        ),
+    ],
+    max_tpot: Annotated[
+        float,
+        O.time_option("--max-tpot", what="TPOT", max_bare_s=O.TPOT_MAX_BARE_S, help="TPOT target: 50ms, 0.05s"),
+    ],
     model: O.Model = None,
     hardware: O.Hardware = "h800",
     set_: O.Set = None,

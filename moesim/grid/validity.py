@@ -64,7 +64,7 @@ def _model_rules(model: ModelSpec, grid: Grid, phase: Phase) -> list:
         slots = m.num_experts + grid.redundant
         rules += [
             (np.mod(slots, np.maximum(grid.ep, 1)) != 0,
-             f"ep: must divide the expert slots (num_experts {m.num_experts} + redundant_experts)"),
+             f"{EP_SLOTS_REASON} (num_experts {m.num_experts} + redundant_experts)"),
             (grid.ep > slots, "ep: at most num_experts + redundant_experts ranks"),
             (m.expert_intermediate_size % np.maximum(grid.moe_tp, 1) != 0,
              f"moe_tp: must divide the expert width {m.expert_intermediate_size}"),
@@ -91,7 +91,31 @@ def check_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, phase: Phase):
     return ok, reason
 
 
+EP_SLOTS_REASON = "ep: must divide the expert slots"
+
+
+def fix_hint(model: ModelSpec, reason: str, ep: float, redundant: float) -> str:
+    """The likely fix for a reason of `check_grid`, for one configuration ('' if none): an EP that
+    does not divide the expert slots takes the fewest redundant experts that make it divide
+    (--ep 144 with 256 experts: 32 redundant, 288 = 2 x 144, DeepSeek's EPLB deployment)."""
+    if not (reason.startswith(EP_SLOTS_REASON) and model.is_moe) or not (np.isfinite(ep) and np.isfinite(redundant)):
+        return ""
+    ep, redundant, n = int(ep), int(redundant), model.moe.num_experts
+    if ep < 1 or redundant < 0:
+        return ""
+    want = redundant + (-(n + redundant)) % ep  # smallest count >= the given one with ep | n + count
+    divisors = [d for d in range(ep, 0, -1) if n % d == 0]
+    return (
+        f"; {n} + {redundant} = {n + redundant} slots do not split over {ep} ranks: add --redundant-experts {want} "
+        f"({n + want} = {(n + want) // ep} x {ep}) or use --ep {divisors[0]} (divides {n})"
+    )
+
+
 def require_valid(model, hw, grid, phase):
     ok, reason = check_grid(model, hw, grid, phase)
     if not ok.all():
-        raise ConfigError(str(reason[~ok][0]))
+        i = int(np.flatnonzero(~ok)[0])
+        text = str(reason[i])
+        ep = np.broadcast_to(grid.ep, (grid.size,))[i]
+        redundant = np.broadcast_to(grid.redundant, (grid.size,))[i]
+        raise ConfigError(text + fix_hint(model, text, ep, redundant))

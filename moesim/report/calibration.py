@@ -44,7 +44,7 @@ def _params_table(data: dict) -> Table:
 
 
 def print_show(show: dict, data: dict) -> None:
-    con = Console()
+    con = Console(emoji=False)
     eng = show["engine"] or "generic (no engine's own tables)"
     con.print(
         f"[bold]{show['gpu']}[/]  engine {eng}  file {show['profile']}  schema {show['schema_version']}  "

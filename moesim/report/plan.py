@@ -142,7 +142,7 @@ def _tail_lines(r) -> list[str]:
 
 def print_plan(r) -> None:
 
-    c = Console()
+    c = Console(emoji=False)
     c.print("\n".join(_traffic_lines(r) + _decode_lines(r) + _prefill_lines(r)), highlight=False)
     c.print(_hourly_table(r))
     c.print("\n".join(_capacity_lines(r) + _money_lines(r) + _tail_lines(r)), highlight=False)

@@ -8,6 +8,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from moesim import units as U
+
 COLS = [
     ("hardware", "hw", None),
     ("phase", "phase", None),
@@ -58,11 +60,12 @@ def fmt_cell(v, f):
 
 
 def console():
-    """A rich console; 220 columns wide when not a terminal (pipes, tests)."""
+    """A rich console; 220 columns wide when not a terminal (pipes, tests). Text is printed as is:
+    no markup, no emoji codes (a value such as `A:B:STEP` or `[1, 2]` is data, not styling)."""
 
-    c = Console()
+    c = Console(markup=False, emoji=False)
     if not c.is_terminal:
-        c = Console(width=220)
+        c = Console(width=220, markup=False, emoji=False)
     return c
 
 
@@ -104,6 +107,19 @@ def print_table(df, title, top=None):
     console().print(t)
 
 
+def filters_text(flt: dict) -> str:
+    """The row filters with their units: 'TPOT <= 50.00 ms, TTFT <= 2.000 s, >= 20 tokens/s per user'."""
+    parts = []
+    for key, label in (("max_tpot_s", "TPOT"), ("max_ttft_s", "TTFT")):
+        if flt.get(key) is not None:
+            parts.append(f"{label} <= {U.fmt_time(flt[key])}")
+    if flt.get("min_tokens_per_s_per_user") is not None:
+        parts.append(f">= {flt['min_tokens_per_s_per_user']:g} tokens/s per user")
+    if flt.get("only_fits"):
+        parts.append("fits in memory")
+    return ", ".join(parts)
+
+
 def summary(df) -> str:
     """'N configurations (V valid, F fit) in T s; batch: unit' and the sweep's notes."""
 
@@ -121,5 +137,6 @@ def summary(df) -> str:
     eng = sorted(set(df["engine"])) if n and "engine" in df else []
     tail = f" · engine {', '.join(map(str, eng))}" if eng else ""
     lines = [f"{shown} in {el:.2f} s{tail}; batch: {df.attrs.get('units', {}).get('batch', '')}"]
+    lines += [f"filters: {t}" for t in [filters_text(df.attrs.get("filters") or {})] if t]
     lines += [f"note: {x}" for x in df.attrs.get("notes", [])]
     return "\n".join(lines)

@@ -17,9 +17,10 @@ def model_line(m) -> str:
 
 
 def hardware_line(h) -> str:
-    """One line of `moesim hardware`."""
+    """One line of `moesim hardware`: the FP8 peak, or the BF16 one on a GPU without FP8 (A100)."""
+    peak = f"FP8  {h.fp8_tflops:7.0f}" if h.has_fp8 else f"BF16 {h.bf16_tflops:7.0f}"
     return (
-        f"{h.name:14s} FP8 {h.fp8_tflops:7.0f} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
+        f"{h.name:14s} {peak} TFLOP/s  HBM {h.memory_GB:5.0f} GB {h.hbm_bw_GBps / 1e3:4.1f} TB/s  "
         f"NVLink {h.nvlink_bw_GBps:4.0f} GB/s x{h.domain_gpus}  RDMA {h.rdma_bw_GBps:4.0f} GB/s  "
         f"${h.usd_per_gpu_hour:.2f}/GPU-h"
     )
@@ -133,8 +134,27 @@ def _model_lines(r) -> list[str]:
     return lines + [f"note: {n}" for n in r.notes]
 
 
+def does_not_fit_text(r, fit) -> str:
+    """The verdict of an estimate that does not fit, with the smallest EP that does (``fit``: a
+    `moesim.analyses.fitting.FittingEp` or None)."""
+    c, mem = r.config, r.memory
+    head = (
+        f"DOES NOT FIT: {r.model.name} on {c['gpus']} x {r.hardware.name} (TP{c['tp']} DP{c['dp']} EP{c['ep']}) needs "
+        f"{U.fmt_bytes(mem['total_bytes'])} per GPU of {U.fmt_bytes(mem['capacity_bytes'])}; the step above is "
+        "priced as if it fitted."
+    )
+    if fit is None and not r.model.is_moe:
+        return head + " A dense model: raise --tp (its weights split over TP ranks) or lower --batch or --context."
+    if fit is None:
+        return head + " No EP size fits at this batch and context: lower --batch or --context, or use larger GPUs."
+    return (
+        f"{head}\nsmallest EP that fits (same TP, batch, context): --ep {fit.ep} --dp {fit.dp} = {fit.gpus} GPUs, "
+        f"{U.fmt_bytes(fit.total_bytes)} of {U.fmt_bytes(fit.capacity_bytes)} per GPU"
+    )
+
+
 def print_estimate(r) -> None:
 
-    c = Console()
+    c = Console(markup=False, emoji=False)  # notes carry user text (file names, `--set` values): printed as is
     c.print(_ops_table(r, wide=c.width >= 100))
     c.print("\n".join(_step_lines(r) + _memory_lines(r) + _model_lines(r)), highlight=False)

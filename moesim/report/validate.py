@@ -39,7 +39,7 @@ def print_validate(checks, summ) -> None:
     for c in checks:
         result = "[green]pass[/]" if c.passed else f"[red]FAIL[/] {c.note}"
         t.add_row(c.case, c.cls, c.metric, fmt_value(c.predicted), fmt_value(c.expected), _err(c), c.tolerance, result)
-    con = Console(width=160)
+    con = Console(width=160, emoji=False)
     con.print(t)
     for cls, s in summ.items():
         med, mx = _pct(s["median_abs_error"]), _pct(s["max_abs_error"])

@@ -108,6 +108,16 @@ class HardwareSpec:
         return int(self.sm_version) // 10
 
     @property
+    def has_fp8(self) -> bool:
+        """FP8 tensor cores: compute capability 8.9 and up (Ada, Hopper, Blackwell; CUDA programming
+        guide, FP8 in the compute-capability feature table). Ampere (8.0) runs FP8 GEMMs at its BF16
+        rate (the spec's fp8_tflops = bf16_tflops), so it has no FP8 peak to show. Unknown version:
+        a spec whose FP8 peak exceeds its BF16 peak."""
+        if self.sm_version:
+            return self.sm_version >= 89
+        return self.fp8_tflops > self.bf16_tflops
+
+    @property
     def domain_gpus(self) -> int:
         """GPUs reachable over NVLink (the 'node' for EP traffic splitting)."""
         return self.nvlink_domain_gpus or self.gpus_per_node

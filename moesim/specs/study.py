@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from moesim import units as U
 from moesim.errors import ConfigError
 
 # The numeric axes, in the order of moesim.grid.core.AXES (a test keeps them equal; specs sit
@@ -225,6 +226,9 @@ def resolve_filters(base: dict, filters: dict | None, explicit: dict) -> dict:
     for k, v in explicit.items():
         if v is not None:
             flt[k] = v
+    for k, what, bare in (("max_tpot_s", "TPOT", U.TPOT_MAX_BARE_S), ("max_ttft_s", "TTFT", U.TTFT_MAX_BARE_S)):
+        if isinstance(flt.get(k), str):  # a study YAML may write the unit: max_tpot_s: 50ms
+            flt[k] = U.parse_time_s(flt[k], flag=f"filters.{k}", what=what, max_bare_s=bare)
     for k in ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s"):
         if flt.get(k) is not None:
             flt[k] = filter_value(k, flt[k])
