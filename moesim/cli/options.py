@@ -51,6 +51,10 @@ HELP = {
     "--batch concurrent requests per DP group",
     "max_tpot": "keep rows with TPOT at most this many SECONDS (0.05 = 50 ms)",
     "max_ttft": "keep rows with TTFT at most this many SECONDS (prefill, mixed)",
+    "total_gpus": "GPU budget: keep deployments of whole instances using at most this many GPUs (replicas of "
+    "an instance; x prefill + y decode instances for disagg)",
+    "gpus_per_node": "GPUs per node for --total-gpus: an instance spanning nodes takes whole nodes (default: "
+    "the hardware's NVLink domain)",
     "min_tpu": "keep rows with at least this many tokens/s per user (decode)",
 }
 
@@ -76,6 +80,8 @@ ChunkTokens = Annotated[
 RequestRate = Annotated[float | None, typer.Option("--request-rate", help=HELP["request_rate"])]
 MaxTpot = Annotated[float | None, typer.Option("--max-tpot", help=HELP["max_tpot"])]
 MaxTtft = Annotated[float | None, typer.Option("--max-ttft", help=HELP["max_ttft"])]
+TotalGpus = Annotated[int | None, typer.Option("--total-gpus", help=HELP["total_gpus"])]
+GpusPerNode = Annotated[int | None, typer.Option("--gpus-per-node", help=HELP["gpus_per_node"])]
 MinTpu = Annotated[float | None, typer.Option("--min-tokens-per-s-per-user", help=HELP["min_tpu"])]
 
 # ---------------------------------------------------------------- one configuration (scalars)
@@ -177,6 +183,8 @@ def grid_block(
     min_tokens_per_s_per_user: MinTpu = None,
     max_tpot: MaxTpot = None,
     max_ttft: MaxTtft = None,
+    total_gpus: TotalGpus = None,
+    gpus_per_node: GpusPerNode = None,
 ):
     """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
 
