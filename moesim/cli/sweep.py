@@ -81,7 +81,10 @@ def run_sweep(grid: dict, only_fits: bool):
 def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
     """Rows within the GPU budget (whole instances; per hardware its NVLink domain as the node)."""
     if gpus_per_node is None:
-        doms = {h: resolve_specs(grid["model"] or "deepseek-v3", h, grid["set_"])[1].domain_gpus for h in set(df["hardware"])}
+        doms = {
+            h: resolve_specs(grid["model"] or "deepseek-v3", h, grid["set_"])[1].domain_gpus
+            for h in set(df["hardware"])
+        }
         if len(set(doms.values())) > 1:
             raise ConfigError("--total-gpus over several hardware with different node sizes: give --gpus-per-node")
         gpus_per_node = next(iter(doms.values()))
