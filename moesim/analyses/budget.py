@@ -134,6 +134,25 @@ def agg_budget(mix) -> int | None:
     return mix.index[int(np.lexsort((gp, -tot))[0])]
 
 
+def budget_summary(budget, dep, agg) -> dict:
+    """Disaggregated vs aggregated at the same GPU budget: GPUs used, total and per-GPU output tok/s."""
+    total_gpus, gpn = budget
+    d_tot = dep.get("output_tokens_per_s", float("nan")) if dep else float("nan")
+    a_tot = agg["total_tokens_per_s"] if agg else float("nan")
+    return {
+        "total_gpus": total_gpus,
+        "gpus_per_node": gpn,
+        "disagg_gpus": dep.get("gpus", 0) if dep else 0,
+        "disagg_output_tokens_per_s": d_tot,
+        "disagg_output_tokens_per_s_per_gpu": dep.get("output_tokens_per_s_per_gpu", float("nan")),
+        "aggregated_replicas": agg["replicas"] if agg else 0,
+        "aggregated_gpus": agg["deployment_gpus"] if agg else 0,
+        "aggregated_output_tokens_per_s": a_tot,
+        "aggregated_output_tokens_per_s_per_gpu": agg["tokens_per_s_per_deployed_gpu"] if agg else float("nan"),
+        "disagg_over_aggregated_total": d_tot / a_tot if (dep and agg) else float("nan"),
+    }
+
+
 def edge_flags(df, row, axes=NUMERIC_AXES, flag_names=None) -> list[str]:
     """'best batch is the largest tried: widen --batch' for each swept numeric axis (more than one
     value in the frame) on which `row` sits at the largest value."""
@@ -174,6 +193,7 @@ __all__ = [
     "allocated_gpus",
     "apply_budget",
     "best_per_size",
+    "budget_summary",
     "check_budget",
     "disagg_budget",
     "edge_flags",

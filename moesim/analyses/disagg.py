@@ -141,7 +141,7 @@ def disagg(
     engine = Engine.parse(engine, "engine").value
     common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
                   progress=progress)  # fmt: skip
-    notes = []
+    notes, budget = [], None
     if total_gpus is not None:
         total_gpus, gpn = B.check_budget(total_gpus, gpus_per_node)
         budget = (total_gpus, gpn or hd.domain_gpus)
@@ -155,40 +155,22 @@ def disagg(
                 "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": cost_mode,
                 "engine": engine}  # fmt: skip
     prow, drow = _best_row(pre), _best_row(dec)
-    if prow is None:
-        notes.append(
-            f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
-            f"{kv_req_s * 1e3:.2f} ms)"
-        )
-    if drow is None:
-        notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
-    if total_gpus is not None:
-        dep = B.disagg_budget(pre, dec, isl, osl, *budget)
-        prow, drow = (_row(pre, dep["prefill_index"]), _row(dec, dep["decode_index"])) if dep else (None, None)
-        if not dep:
-            notes.append(f"no prefill + decode pair fits in {total_gpus} GPUs under the targets")
+    _missing_notes(notes, prow, drow, max_ttft_s, max_tpot_s, kv_req_s)
+    dep = B.disagg_budget(pre, dec, isl, osl, *budget) if budget else None
+    if budget:
+        prow, drow = _budget_rows(pre, dec, dep, notes, budget[0])
     ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, max_instances, kv)
     mix = agg = None
-    speedup = float("nan")
     if compare_aggregated:
         mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl), (max_ttft_s, max_tpot_s),
                                dict(common, chunk_tokens=chunk_tokens))  # fmt: skip
-        if total_gpus is not None:
-            mix = B.apply_budget(mix, *budget)
-            i = B.agg_budget(mix)
-            agg = None if i is None else _row(mix, i)
-        else:
-            agg = _best_row(mix)
-        if agg is None:
-            notes.append("no aggregated (mixed) configuration meets both targets")
-        elif np.isfinite(sys_tps):
-            speedup = sys_tps / agg["tokens_per_s_per_gpu"]
+        mix, agg = _aggregated_best(mix, budget, notes)
+    speedup = sys_tps / agg["tokens_per_s_per_gpu"] if agg and np.isfinite(sys_tps) else float("nan")
     budget_d = None
-    if total_gpus is not None:
-        budget_d = _budget_summary(budget, dep, agg, prow, drow, isl, osl)
+    if budget:
+        budget_d = B.budget_summary(budget, dep, agg)
         deployment = {k: v for k, v in dep.items() if not k.endswith("_index")}
-        if dep:
-            sys_tps = dep["output_tokens_per_s_per_gpu"]
+        sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
         speedup = budget_d["disagg_over_aggregated_total"]
     srch = _searched(pre, dec, mix, prow, drow, agg, notes)
     return DisaggResult(
@@ -219,23 +201,35 @@ def _budget_axes(m, prefill_axes, decode_axes, aggregated_axes, total_gpus):
     return pax, dax, aax
 
 
-def _budget_summary(budget, dep, agg, prow, drow, isl, osl) -> dict:
-    """Disaggregated vs aggregated at the same GPU budget: GPUs used, total and per-GPU output tok/s."""
-    total_gpus, gpn = budget
-    d_tot = dep.get("output_tokens_per_s", float("nan")) if dep else float("nan")
-    a_tot = agg["total_tokens_per_s"] if agg else float("nan")
-    return {
-        "total_gpus": total_gpus,
-        "gpus_per_node": gpn,
-        "disagg_gpus": dep.get("gpus", 0) if dep else 0,
-        "disagg_output_tokens_per_s": d_tot,
-        "disagg_output_tokens_per_s_per_gpu": dep.get("output_tokens_per_s_per_gpu", float("nan")),
-        "aggregated_replicas": agg["replicas"] if agg else 0,
-        "aggregated_gpus": agg["deployment_gpus"] if agg else 0,
-        "aggregated_output_tokens_per_s": a_tot,
-        "aggregated_output_tokens_per_s_per_gpu": agg["tokens_per_s_per_deployed_gpu"] if agg else float("nan"),
-        "disagg_over_aggregated_total": d_tot / a_tot if (dep and agg) else float("nan"),
-    }
+def _missing_notes(notes, prow, drow, max_ttft_s, max_tpot_s, kv_req_s) -> None:
+    if prow is None:
+        notes.append(
+            f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
+            f"{kv_req_s * 1e3:.2f} ms)"
+        )
+    if drow is None:
+        notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
+
+
+def _budget_rows(pre, dec, dep, notes, total_gpus):
+    """The prefill and decode rows of the budgeted deployment (None, None without one)."""
+    if not dep:
+        notes.append(f"no prefill + decode pair fits in {total_gpus} GPUs under the targets")
+        return None, None
+    return _row(pre, dep["prefill_index"]), _row(dec, dep["decode_index"])
+
+
+def _aggregated_best(mix, budget, notes):
+    """(frame, best row): the most tokens/s per GPU, or under a budget the most total tokens/s."""
+    if budget:
+        mix = B.apply_budget(mix, *budget)
+        i = B.agg_budget(mix)
+        agg = None if i is None else _row(mix, i)
+    else:
+        agg = _best_row(mix)
+    if agg is None:
+        notes.append("no aggregated (mixed) configuration meets both targets")
+    return mix, agg
 
 
 def _searched(pre, dec, mix, prow, drow, agg, notes) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 
 from moesim.analyses import budget as B
 from moesim.analyses.disagg import disagg
+from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError, is_positive_number
 
 CEIL_EPS = 1e-9  # ceil(2.0000000001) is 2: rounding noise in a capacity ratio is not one more instance
@@ -147,8 +148,6 @@ def recommend(
 
 
 def _domain(model, hardware, set_) -> int:
-    from moesim.engine.pricing import resolve_specs
-
     return resolve_specs(model, hardware, set_)[1].domain_gpus
 
 
