@@ -43,7 +43,9 @@ def run_sweep(grid: dict, only_fits: bool):
     """grid: the values of `options.grid_block` -> the evaluated frame (elapsed time in attrs)."""
     tune_malloc()
     axes = _axes(**{k: grid[k] for k in AXES})
-    n_gpus, gpn = B.check_budget(grid["total_gpus"], grid["gpus_per_node"]) if grid["total_gpus"] else (None, None)
+    n_gpus, gpn = (
+        B.check_budget(grid["total_gpus"], grid["gpus_per_node"]) if grid["total_gpus"] is not None else (None, None)
+    )
     if n_gpus is not None:
         axes = B.prune_axes(axes, n_gpus)
     hardware = _list_axis(axes, "hardware", grid["hardware"])
