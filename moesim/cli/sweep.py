@@ -85,7 +85,7 @@ def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
     if gpus_per_node is None:
         doms = {
             h: resolve_specs(grid["model"] or "deepseek-v3", h, grid["set_"])[1].domain_gpus
-            for h in set(df["hardware"])
+            for h in set(df["hardware"]) or set((grid["hardware"] or "h800").split(",")[:1])
         }
         if len(set(doms.values())) > 1:
             raise ConfigError("--total-gpus over several hardware with different node sizes: give --gpus-per-node")
@@ -93,7 +93,7 @@ def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
     return B.apply_budget(df, total_gpus, gpus_per_node)
 
 
-def searched_lines(df, row) -> str:
+def searched_lines(df, row, ranked: bool = True) -> str:
     """'searched: tp 1,2; ...' (the numeric axes as evaluated) and edge flags of the best row."""
     ax = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns and len(df)}
     lines = [f"searched: {B.searched(ax)}"]
@@ -101,7 +101,8 @@ def searched_lines(df, row) -> str:
     if b:
         lines.append(
             f"budget: at most {b['total_gpus']} GPUs in whole instances (node {b['gpus_per_node']} GPUs); "
-            f"{b['dropped']:,} configurations need more; ranked by total tokens/s of the replicas"
+            f"{b['dropped']:,} configurations need more"
+            + ("; ranked by total tokens/s of the replicas" if ranked else "")
         )
     lines += [f"note: {f}" for f in B.edge_flags(df, row)]
     return "\n".join(lines)
@@ -180,7 +181,7 @@ def pareto_cmd(
         return
     print_table(front, f"Pareto frontier{'s by ' + ', '.join(keys) if keys else ''}: max {x} and {y}")
     typer.echo(summary(df))
-    typer.echo(searched_lines(df, None))
+    typer.echo(searched_lines(df, None, ranked=False))
     if plot is not None:
         typer.echo(f"wrote {plot}")
 
