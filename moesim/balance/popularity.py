@@ -21,10 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy import (
-    optimize,
-    special,
-)  # special.ndtri: the normal quantile (= stats.norm.ppf, bit for bit; scipy.stats costs 0.7 s to import)
+
+# special.ndtri: the normal quantile (= stats.norm.ppf, bit for bit; scipy.stats costs 0.7 s to import)
+from scipy import optimize, special
 
 from moesim.errors import ConfigError, SpecError
 from moesim.specs.loader import data_root, read_mapping
