@@ -163,3 +163,14 @@ def test_sweep_prints_searched_and_edge_flag():
 def test_budget_flags_reject_nonsense():
     r = run_cli("sweep", "--total-gpus", "0")
     assert r.returncode == 2 and "total_gpus" in r.stderr
+
+
+def test_recommend_cli_json_top_and_one_load():
+    base = ["recommend", "--hardware", "h200", "--isl", "2000", "--osl", "500", "--max-ttft", "2", "--max-tpot", "0.05"]
+    r = run_cli(*base, "--request-rate", "10", "--max-gpus", "16", "--top", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert len(rows) == 2 and rows[0]["gpus"] <= rows[1]["gpus"]
+    assert all(x["capacity_requests_per_s"] >= 10 for x in rows)
+    both = run_cli(*base, "--request-rate", "10", "--concurrency", "5")
+    assert both.returncode == 2 and "exactly one" in both.stderr
