@@ -153,10 +153,11 @@ def budget_summary(budget, dep, agg) -> dict:
     }
 
 
-def edge_flags(df, row, axes=NUMERIC_AXES, flag_names=None) -> list[str]:
+def edge_flags(df, row, axes=NUMERIC_AXES, flag_names=None, limits=None) -> list[str]:
     """'best batch is the largest tried: widen --batch' for each swept numeric axis (more than one
-    value in the frame) on which `row` sits at the largest value."""
-    flag_names = flag_names or {}
+    value in the frame) on which `row` sits at the largest value, unless that value is already the
+    axis's physical limit (`limits`, e.g. tp: the NVLink domain)."""
+    flag_names, limits = flag_names or {}, limits or {}
     out = []
     for k in axes:
         if k not in df.columns or row is None or k not in row:
@@ -165,7 +166,7 @@ def edge_flags(df, row, axes=NUMERIC_AXES, flag_names=None) -> list[str]:
         if col.size == 0 or np.isnan(col).all():
             continue
         lo, hi = np.nanmin(col), np.nanmax(col)
-        if hi > lo and float(row[k]) == hi:
+        if hi > lo and float(row[k]) == hi and hi < limits.get(k, np.inf):
             flag = flag_names.get(k, "--" + k.replace("_", "-"))
             out.append(f"best {k} is the largest tried ({hi:g}): widen {flag}")
     return out

@@ -172,7 +172,7 @@ def disagg(
         deployment = {k: v for k, v in dep.items() if not k.endswith("_index")}
         sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
         speedup = budget_d["disagg_over_aggregated_total"]
-    srch = _searched(pre, dec, mix, prow, drow, agg, notes)
+    srch = _searched(pre, dec, mix, (prow, drow, agg), notes, {"tp": min(hp.domain_gpus, hd.domain_gpus)})
     return DisaggResult(
         workload,
         prow,
@@ -232,17 +232,17 @@ def _aggregated_best(mix, budget, notes):
     return mix, agg
 
 
-def _searched(pre, dec, mix, prow, drow, agg, notes) -> dict:
+def _searched(pre, dec, mix, rows, notes, limits) -> dict:
     """The values each pool's sweep covered (from its frame) and edge flags (into the notes)."""
     out = {}
     names = {"prefill": {"batch": "--prefill-batch", "tp": "--prefill-tp", "ep": "--prefill-ep"},
              "decode": {"batch": "--decode-batch", "tp": "--decode-tp", "ep": "--decode-ep"}}  # fmt: skip
     names["aggregated"] = names["decode"]
-    for name, df, row in (("prefill", pre, prow), ("decode", dec, drow), ("aggregated", mix, agg)):
+    for name, df, row in zip(("prefill", "decode", "aggregated"), (pre, dec, mix), rows):
         if df is None:
             continue
         out[name] = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns}
-        for f in B.edge_flags(df, row, flag_names=names[name]):
+        for f in B.edge_flags(df, row, flag_names=names[name], limits=limits):
             if f"{name}: {f}" not in notes:
                 notes.append(f"{name}: {f}")
     return out

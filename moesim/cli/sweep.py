@@ -104,7 +104,8 @@ def searched_lines(df, row, ranked: bool = True) -> str:
             f"{b['dropped']:,} configurations need more"
             + ("; ranked by total tokens/s of the replicas" if ranked else "")
         )
-    lines += [f"note: {f}" for f in B.edge_flags(df, row)]
+    lim = {"tp": b["gpus_per_node"]} if b else {}
+    lines += [f"note: {f}" for f in B.edge_flags(df, row, limits=lim)]
     return "\n".join(lines)
 
 

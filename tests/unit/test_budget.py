@@ -174,3 +174,11 @@ def test_recommend_cli_json_top_and_one_load():
     assert all(x["capacity_requests_per_s"] >= 10 for x in rows)
     both = run_cli(*base, "--request-rate", "10", "--concurrency", "5")
     assert both.returncode == 2 and "exactly one" in both.stderr
+
+
+def test_edge_flag_not_raised_at_a_physical_limit():
+    df = _pool([8, 8], [1.0, 2.0], batch=[16, 64])
+    df["tp"] = [4, 8]
+    assert B.edge_flags(df, df.iloc[1].to_dict(), limits={"tp": 8}) == [
+        "best batch is the largest tried (64): widen --batch"
+    ]
