@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moesim.analyses import budget as B
 from moesim.analyses.sweep import sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode, Engine
@@ -59,6 +60,8 @@ class DisaggResult:
     aggregated: dict | None
     speedup_vs_aggregated: float
     notes: list = field(default_factory=list)
+    budget: dict | None = None
+    searched: dict = field(default_factory=dict)
     frames: dict = field(default_factory=dict, repr=False)  # "prefill", "decode", "mixed" DataFrames
 
     def to_dict(self) -> dict:
@@ -76,6 +79,8 @@ class DisaggResult:
                 "aggregated",
                 "speedup_vs_aggregated",
                 "notes",
+                "budget",
+                "searched",
             )
         }
         return jsonable(d)
@@ -117,8 +122,13 @@ def disagg(
     max_instances=64,
     progress=None,
     chunk_tokens=None,
+    total_gpus=None,
+    gpus_per_node=None,
 ) -> DisaggResult:
-    """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds)."""
+    """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds).
+    total_gpus: at most this many GPUs in whole instances (x prefill + y decode; aggregated replicas),
+    each instance counted in whole nodes of gpus_per_node (default: the hardware's NVLink domain)
+    when it spans several; the result's `budget` compares the two at that size."""
     isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
     max_instances = int(max_instances)
     if max_instances < 1:
@@ -131,7 +141,12 @@ def disagg(
     engine = Engine.parse(engine, "engine").value
     common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
                   progress=progress)  # fmt: skip
-    notes = []
+    notes, budget = [], None
+    if total_gpus is not None:
+        total_gpus, gpn = B.check_budget(total_gpus, gpus_per_node)
+        budget = (total_gpus, gpn or hd.domain_gpus)
+        prefill_axes, decode_axes, aggregated_axes = _budget_axes(m, prefill_axes, decode_axes, aggregated_axes,
+                                                                  total_gpus)  # fmt: skip
     kv = _kv_figures(m, isl, link_Bps)
     kv_req_s = kv["transfer_s_per_request"]
     pre = _prefill_pool(m, hp, prefill_axes, isl, max_ttft_s, kv_req_s, achievable, common, notes)
@@ -140,24 +155,24 @@ def disagg(
                 "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": cost_mode,
                 "engine": engine}  # fmt: skip
     prow, drow = _best_row(pre), _best_row(dec)
-    if prow is None:
-        notes.append(
-            f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
-            f"{kv_req_s * 1e3:.2f} ms)"
-        )
-    if drow is None:
-        notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
+    _missing_notes(notes, prow, drow, max_ttft_s, max_tpot_s, kv_req_s)
+    dep = B.disagg_budget(pre, dec, isl, osl, *budget) if budget else None
+    if budget:
+        prow, drow = _budget_rows(pre, dec, dep, notes, budget[0])
     ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, max_instances, kv)
     mix = agg = None
-    speedup = float("nan")
     if compare_aggregated:
         mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl), (max_ttft_s, max_tpot_s),
                                dict(common, chunk_tokens=chunk_tokens))  # fmt: skip
-        agg = _best_row(mix)
-        if agg is None:
-            notes.append("no aggregated (mixed) configuration meets both targets")
-        elif np.isfinite(sys_tps):
-            speedup = sys_tps / agg["tokens_per_s_per_gpu"]
+        mix, agg = _aggregated_best(mix, budget, notes)
+    speedup = sys_tps / agg["tokens_per_s_per_gpu"] if agg and np.isfinite(sys_tps) else float("nan")
+    budget_d = None
+    if budget:
+        budget_d = B.budget_summary(budget, dep, agg)
+        deployment = {k: v for k, v in dep.items() if not k.endswith("_index")}
+        sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
+        speedup = budget_d["disagg_over_aggregated_total"]
+    srch = _searched(pre, dec, mix, (prow, drow, agg), notes, {"tp": min(hp.domain_gpus, hd.domain_gpus)})
     return DisaggResult(
         workload,
         prow,
@@ -170,8 +185,67 @@ def disagg(
         agg,
         speedup,
         notes,
+        budget_d,
+        srch,
         {"prefill": pre, "decode": dec, "mixed": mix},
     )
+
+
+def _budget_axes(m, prefill_axes, decode_axes, aggregated_axes, total_gpus):
+    """The search spaces with axis values that alone exceed the budget removed."""
+    pax = B.prune_axes(normalize_axes(prefill_axes or DEFAULT_PREFILL_AXES), total_gpus)
+    if decode_axes is None:
+        decode_axes = dict(DEFAULT_DECODE_AXES, mtp=[1] if m.mtp_layers else [0])
+    dax = B.prune_axes(normalize_axes(decode_axes), total_gpus)
+    aax = None if aggregated_axes is None else B.prune_axes(normalize_axes(aggregated_axes), total_gpus)
+    return pax, dax, aax
+
+
+def _missing_notes(notes, prow, drow, max_ttft_s, max_tpot_s, kv_req_s) -> None:
+    if prow is None:
+        notes.append(
+            f"no prefill configuration meets TTFT <= {max_ttft_s * 1e3:g} ms (incl. KV transfer "
+            f"{kv_req_s * 1e3:.2f} ms)"
+        )
+    if drow is None:
+        notes.append(f"no decode configuration meets TPOT <= {max_tpot_s * 1e3:g} ms and fits")
+
+
+def _budget_rows(pre, dec, dep, notes, total_gpus):
+    """The prefill and decode rows of the budgeted deployment (None, None without one)."""
+    if not dep:
+        notes.append(f"no prefill + decode pair fits in {total_gpus} GPUs under the targets")
+        return None, None
+    return _row(pre, dep["prefill_index"]), _row(dec, dep["decode_index"])
+
+
+def _aggregated_best(mix, budget, notes):
+    """(frame, best row): the most tokens/s per GPU, or under a budget the most total tokens/s."""
+    if budget:
+        mix = B.apply_budget(mix, *budget)
+        i = B.agg_budget(mix)
+        agg = None if i is None else _row(mix, i)
+    else:
+        agg = _best_row(mix)
+    if agg is None:
+        notes.append("no aggregated (mixed) configuration meets both targets")
+    return mix, agg
+
+
+def _searched(pre, dec, mix, rows, notes, limits) -> dict:
+    """The values each pool's sweep covered (from its frame) and edge flags (into the notes)."""
+    out = {}
+    names = {"prefill": {"batch": "--prefill-batch", "tp": "--prefill-tp", "ep": "--prefill-ep"},
+             "decode": {"batch": "--decode-batch", "tp": "--decode-tp", "ep": "--decode-ep"}}  # fmt: skip
+    names["aggregated"] = names["decode"]
+    for name, df, row in zip(("prefill", "decode", "aggregated"), (pre, dec, mix), rows):
+        if df is None:
+            continue
+        out[name] = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns}
+        for f in B.edge_flags(df, row, flag_names=names[name], limits=limits):
+            if f"{name}: {f}" not in notes:
+                notes.append(f"{name}: {f}")
+    return out
 
 
 def _kv_figures(m, isl, link_Bps) -> dict:

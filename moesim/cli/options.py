@@ -53,6 +53,10 @@ HELP = {
     "--batch concurrent requests per DP group",
     "max_tpot": "keep rows with TPOT at most this: 50ms, 0.05s (a bare number is seconds)",
     "max_ttft": "keep rows with TTFT at most this (prefill, mixed): 2s, 500ms (a bare number is seconds)",
+    "total_gpus": "GPU budget: keep deployments of whole instances using at most this many GPUs (replicas of "
+    "an instance; x prefill + y decode instances for disagg)",
+    "gpus_per_node": "GPUs per node for --total-gpus: an instance spanning nodes takes whole nodes (default: "
+    "the hardware's NVLink domain)",
     "min_tpu": "keep rows with at least this many tokens/s per user (decode)",
 }
 
@@ -92,6 +96,8 @@ MaxTpot = Annotated[
 MaxTtft = Annotated[
     float | None, time_option("--max-ttft", what="TTFT", max_bare_s=TTFT_MAX_BARE_S, help=HELP["max_ttft"])
 ]
+TotalGpus = Annotated[int | None, typer.Option("--total-gpus", help=HELP["total_gpus"])]
+GpusPerNode = Annotated[int | None, typer.Option("--gpus-per-node", help=HELP["gpus_per_node"])]
 MinTpu = Annotated[float | None, typer.Option("--min-tokens-per-s-per-user", help=HELP["min_tpu"])]
 
 # ---------------------------------------------------------------- one configuration (scalars)
@@ -193,6 +199,8 @@ def grid_block(
     min_tokens_per_s_per_user: MinTpu = None,
     max_tpot: MaxTpot = None,
     max_ttft: MaxTtft = None,
+    total_gpus: TotalGpus = None,
+    gpus_per_node: GpusPerNode = None,
 ):
     """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from moesim.analyses import budget as B
 from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
 from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import parse_values, sweep, tune_malloc
@@ -42,6 +43,11 @@ def run_sweep(grid: dict, only_fits: bool):
     """grid: the values of `options.grid_block` -> the evaluated frame (elapsed time in attrs)."""
     tune_malloc()
     axes = _axes(**{k: grid[k] for k in AXES})
+    n_gpus, gpn = (
+        B.check_budget(grid["total_gpus"], grid["gpus_per_node"]) if grid["total_gpus"] is not None else (None, None)
+    )
+    if n_gpus is not None:
+        axes = B.prune_axes(axes, n_gpus)
     hardware = _list_axis(axes, "hardware", grid["hardware"])
     phase = _list_axis(axes, "phase", grid["phase"])
     with Progress() as prog:
@@ -68,8 +74,44 @@ def run_sweep(grid: dict, only_fits: bool):
             progress=prog.update,
             require_valid=True,
         )
+        if n_gpus is not None:
+            df = _budgeted(df, n_gpus, gpn, grid)
         df.attrs["elapsed_s"] = time.perf_counter() - t0
     return df
+
+
+def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
+    """Rows within the GPU budget (whole instances; per hardware its NVLink domain as the node)."""
+    if gpus_per_node is None:
+        doms = {
+            h: resolve_specs(grid["model"] or "deepseek-v3", h, grid["set_"])[1].domain_gpus
+            for h in set(df["hardware"]) or set((grid["hardware"] or "h800").split(",")[:1])
+        }
+        if len(set(doms.values())) > 1:
+            raise ConfigError("--total-gpus over several hardware with different node sizes: give --gpus-per-node")
+        gpus_per_node = next(iter(doms.values()))
+    return B.apply_budget(df, total_gpus, gpus_per_node)
+
+
+def searched_lines(df, row, ranked: bool = True) -> str:
+    """'searched: tp 1,2; ...' (the numeric axes as evaluated) and edge flags of the best row."""
+    ax = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns and len(df)}
+    lines = [f"searched: {B.searched(ax)}"]
+    b = df.attrs.get("budget")
+    if b:
+        lines.append(
+            f"budget: at most {b['total_gpus']} GPUs in whole instances (node {b['gpus_per_node']} GPUs); "
+            f"{b['dropped']:,} configurations need more"
+            + ("; ranked by total tokens/s of the replicas" if ranked else "")
+        )
+    lim = {"tp": b["gpus_per_node"]} if b else {}
+    lines += [f"note: {f}" for f in B.edge_flags(df, row, limits=lim)]
+    return "\n".join(lines)
+
+
+def _best_row(ranked):
+    ok = ranked["valid"] & ranked["fits"]
+    return ranked.loc[ok].iloc[0].to_dict() if ok.any() else None
 
 
 def emit_rows(df, out, json_out) -> bool:
@@ -93,14 +135,20 @@ def sweep_cmd(
     json_out: O.JsonRows = False,
 ):
     """Evaluate the cartesian product of deployment axes; print the best rows (tokens/s per GPU)."""
-    df = run_sweep(grid, only_fits)
-    ranked = rank(df)
-    if emit_rows(ranked, out, json_out):
-        return
     if top < 0:
         raise ConfigError("--top: must be >= 0")
-    print_table(ranked, f"top {min(top, len(ranked))} of {len(ranked):,} by tokens/s per GPU (feasible first)", top)
+    df = run_sweep(grid, only_fits)
+    by = "total_tokens_per_s" if "total_tokens_per_s" in df.columns else "tokens_per_s_per_gpu"
+    ranked = rank(df, by)
+    if out is not None:
+        emit_rows(ranked, out, False)
+    if json_out:  # --json prints the --top rows
+        typer.echo(frame_json_text(ranked.head(top)))
+        return
+    what = "total tokens/s in the budget" if by == "total_tokens_per_s" else "tokens/s per GPU"
+    print_table(ranked, f"top {min(top, len(ranked))} of {len(ranked):,} by {what} (feasible first)", top)
     typer.echo(summary(df))
+    typer.echo(searched_lines(df, _best_row(ranked)))
 
 
 @O.shared("grid", O.grid_block)
@@ -134,6 +182,7 @@ def pareto_cmd(
         return
     print_table(front, f"Pareto frontier{'s by ' + ', '.join(keys) if keys else ''}: max {x} and {y}")
     typer.echo(summary(df))
+    typer.echo(searched_lines(df, None, ranked=False))
     if plot is not None:
         typer.echo(f"wrote {plot}")
 
@@ -181,6 +230,8 @@ def disagg_cmd(
     expert_skew: O.ExpertSkew = "auto",
     context_dist: O.ContextDist = "fixed",
     max_instances: Annotated[int, typer.Option(help="largest pool size in instances")] = 64,
+    total_gpus: O.TotalGpus = None,
+    gpus_per_node: O.GpusPerNode = None,
     chunk_tokens: O.ChunkTokens = None,
     no_aggregated: Annotated[
         bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")
@@ -216,6 +267,8 @@ def disagg_cmd(
             chunk_tokens=chunk_tokens,
             max_instances=max_instances,
             progress=prog.update,
+            total_gpus=total_gpus,
+            gpus_per_node=gpus_per_node,
         )
     d = r.to_dict()
     if out is not None:

@@ -62,6 +62,27 @@ def _aggregated_lines(r, a):
     return lines
 
 
+def _budget_lines(b) -> list[str]:
+    """Disaggregated vs aggregated at the same GPU budget, side by side."""
+    if not b:
+        return []
+    head = f"budget {b['total_gpus']} GPUs (instances spanning nodes take whole nodes of {b['gpus_per_node']})"
+    rows = [
+        f"  disaggregated  {b['disagg_gpus']:>5} GPUs  {b['disagg_output_tokens_per_s']:>12,.0f} output tok/s  "
+        f"{b['disagg_output_tokens_per_s_per_gpu']:>9,.0f} per GPU",
+        f"  aggregated     {b['aggregated_gpus']:>5} GPUs  {b['aggregated_output_tokens_per_s']:>12,.0f} output tok/s  "
+        f"{b['aggregated_output_tokens_per_s_per_gpu']:>9,.0f} per GPU ({b['aggregated_replicas']} replicas)",
+        f"  disaggregated / aggregated = {b['disagg_over_aggregated_total']:.2f}x total output tokens/s",
+    ]
+    return [head] + rows
+
+
+def _searched_lines(s) -> list[str]:
+    """The values each pool's search covered."""
+    fmt = lambda vals: ",".join(f"{v:g}" if isinstance(v, int | float) else str(v) for v in vals)  # noqa: E731
+    return [f"searched {name:<9} " + "; ".join(f"{k} {fmt(v)}" for k, v in ax.items()) for name, ax in s.items()]
+
+
 def print_disagg(r) -> None:
     w = r.workload
     lines = [
@@ -75,5 +96,6 @@ def print_disagg(r) -> None:
         lines += _system_lines(r, p, d)
     if a:
         lines += _aggregated_lines(r, a)
+    lines += _budget_lines(r.budget) + _searched_lines(r.searched)
     lines += [f"note: {n}" for n in r.notes]
     console().print("\n".join(lines), highlight=False)

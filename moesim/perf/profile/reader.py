@@ -78,7 +78,8 @@ def _parse_profile_file(path: Path) -> dict:
     if not text.strip():
         raise CalibrationError(f"profile {path}: file is empty; regenerate it with `moesim calibrate fit`")
     try:
-        data = yaml.safe_load(text)
+        # libyaml's parser where PyYAML has it (same SafeConstructor, ~10x faster on 100 kB profiles)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         raise CalibrationError(
             f"profile {path}: corrupted YAML{yaml_problem(e)}; regenerate it with `moesim calibrate fit`"

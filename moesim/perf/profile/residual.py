@@ -132,8 +132,20 @@ class Residual:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
         query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours).
         The neighbour search scales each axis by its weight; the hull fade does not."""
-        idx, dist = (nearest_fn or nearest)(self.z * self.w, zq * self.w, self.k)
+        idx, dist = (nearest_fn or self._tree_nearest)(self.z * self.w, zq * self.w, self.k)
         return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, dist)
+
+    def _tree_nearest(self, train: np.ndarray, query: np.ndarray, k: int):
+        """`nearest` through a k-d tree of the train rows built once per residual (scipy's cKDTree,
+        exact k nearest: the same neighbours as the brute force up to the order of equidistant ones;
+        the brute force is O(Q x N) per call and dominated whole sweeps)."""
+        from scipy.spatial import cKDTree  # lazy: start-up time
+
+        if getattr(self, "_tree", None) is None:
+            self._tree = cKDTree(train)
+        k = max(1, min(k, len(train)))
+        dist, idx = self._tree.query(query, k)
+        return np.asarray(idx, np.int64).reshape(len(query), k), np.asarray(dist, float).reshape(len(query), k)
 
     def factor(self, shape: dict) -> np.ndarray:
         """R for a broadcast shape (keywords named by the axes); 1 where an axis is missing or not > 0.

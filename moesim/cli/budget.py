@@ -1,0 +1,70 @@
+"""`moesim recommend`: the fewest GPUs for R requests/s or C concurrent users under TTFT/TPOT targets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from moesim.analyses.recommend import recommend
+from moesim.analyses.sweep import tune_malloc
+from moesim.cli import options as O
+from moesim.cli.progress import Progress
+from moesim.errors import ConfigError
+from moesim.report.budget import print_recommend
+from moesim.report.writer import frame_json_text
+
+__all__ = ["register"]
+
+
+def recommend_cmd(
+    isl: Annotated[float, typer.Option("--isl", help="prompt (input) tokens per request")],
+    osl: Annotated[float, typer.Option("--osl", help="output tokens per request")],
+    max_ttft: Annotated[float, typer.Option("--max-ttft", help="TTFT target in SECONDS")],
+    max_tpot: Annotated[float, typer.Option("--max-tpot", help="TPOT target in SECONDS (0.05 = 50 ms)")],
+    request_rate: Annotated[float | None, typer.Option("--request-rate", help="load: requests/s")] = None,
+    concurrency: Annotated[float | None, typer.Option("--concurrency", help="load: concurrent users")] = None,
+    model: O.Model = None,
+    hardware: O.Hardware = "h800",
+    set_: O.Set = None,
+    cost_mode: O.CostMode = "calibrated",
+    engine: O.Engine = "sglang",
+    gpus_per_node: O.GpusPerNode = None,
+    max_gpus: Annotated[
+        int | None, typer.Option("--max-gpus", help="search only instances of at most this many GPUs (faster)")
+    ] = None,
+    no_disagg: Annotated[bool, typer.Option("--no-disagg", help="aggregated deployments only")] = False,
+    top: Annotated[int, typer.Option("--top", help="candidates to show (the best and the runners-up)")] = 5,
+    json_out: O.JsonRows = False,
+):
+    """Fewest GPUs for a load (--request-rate or --concurrency) under TTFT/TPOT targets: aggregated
+    replicas or disaggregated prefill + decode instances, with the runners-up."""
+    if top < 0:
+        raise ConfigError("--top: must be >= 0")
+    tune_malloc()
+    with Progress() as prog:
+        df = recommend(
+            model or "deepseek-v3",
+            hardware,
+            isl=isl,
+            osl=osl,
+            max_ttft_s=max_ttft,
+            max_tpot_s=max_tpot,
+            request_rate=request_rate,
+            concurrency=concurrency,
+            gpus_per_node=gpus_per_node,
+            include_disagg=not no_disagg,
+            set=set_,
+            cost_mode=cost_mode,
+            engine=engine,
+            total_gpus=max_gpus,
+            progress=prog.update,
+        )
+    if json_out:
+        typer.echo(frame_json_text(df.head(top)))
+        return
+    print_recommend(df, top)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recommend")(recommend_cmd)
