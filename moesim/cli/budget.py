@@ -20,8 +20,12 @@ __all__ = ["register"]
 def recommend_cmd(
     isl: Annotated[float, typer.Option("--isl", help="prompt (input) tokens per request")],
     osl: Annotated[float, typer.Option("--osl", help="output tokens per request")],
-    max_ttft: Annotated[float, typer.Option("--max-ttft", help="TTFT target in SECONDS")],
-    max_tpot: Annotated[float, typer.Option("--max-tpot", help="TPOT target in SECONDS (0.05 = 50 ms)")],
+    max_ttft: Annotated[
+        float, O.time_option("--max-ttft", what="TTFT", max_bare_s=O.TTFT_MAX_BARE_S, help="TTFT target: 2s, 500ms")
+    ],
+    max_tpot: Annotated[
+        float, O.time_option("--max-tpot", what="TPOT", max_bare_s=O.TPOT_MAX_BARE_S, help="TPOT target: 50ms, 0.05s")
+    ],
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="load: requests/s")] = None,
     concurrency: Annotated[float | None, typer.Option("--concurrency", help="load: concurrent users")] = None,
     model: O.Model = None,
