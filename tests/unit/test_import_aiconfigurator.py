@@ -258,7 +258,7 @@ def test_host_bound_gemm_groups_are_excluded_with_the_reason():
             rows.append(
                 dict(kernel="gemm", backend=backend, dtype=dtype, m=m, n=128, k=128, time_s=floor * (1 + m / 4096))
             )
-    df = mark_host_bound(pd.DataFrame(rows).reindex(columns=COLUMNS).fillna(""))
+    df = mark_host_bound(pd.DataFrame(rows).reindex(columns=COLUMNS).astype(object).fillna(""))
     bad = df.exclude != ""
     assert set(df[bad].backend) == {"eager_fp8"} and bad.sum() == 4
     assert "host-bound" in df[bad].exclude.iloc[0] and "60 us" in df[bad].exclude.iloc[0]
