@@ -74,3 +74,5 @@ def print_show(show: dict, data: dict) -> None:
         )
     con.print(t)
     con.print(_params_table(data))
+    for n in data.get("notes") or []:  # the fit's notes: variants not fitted, borrowed, backends left out
+        con.print(f"note: {n}", markup=False, highlight=False)

@@ -311,6 +311,8 @@ def test_a_variant_without_usable_rows_is_borrowed_from_the_reference_engine():
     t_v = load_profile(hw, engine="vllm").kernel_time("gemm", m=64, n=7168, k=2048, dtype="fp8")
     t_s = load_profile(hw, engine="sglang").kernel_time("gemm", m=64, n=7168, k=2048, dtype="fp8")
     assert float(t_v) == pytest.approx(float(t_s), rel=1e-9)  # the same DeepGEMM kernel, not the 80 us host time
+    shown = run_cli("calibrate", "show", "h200", "--engine", "vllm")
+    assert shown.returncode == 0 and "borrowed" in shown.stdout  # `calibrate show` prints the fit's notes
 
 
 def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
