@@ -1,0 +1,100 @@
+"""--emit-launch: engine launch commands of a configuration (moesim/report/launch.py)."""
+
+import itertools
+
+import pytest
+
+from moesim.report.launch import ENGINES, emitted_flags, hf_model_path, launch_commands, launch_flags, launch_text
+
+WIDE = {"model_path": "deepseek-ai/DeepSeek-V3", "tp": 1, "dp": 32, "ep": 32, "moe_tp": 1, "gpus": 32,
+        "batch": 64, "mtp": 1, "redundant": 32, "comm": "deepep-ll", "overlap": "two-batch", "phase": "decode"}  # fmt: skip
+
+
+def _configs():
+    """A grid over the axes the generator branches on (parallelism, comm, overlap, MTP, EPLB, role)."""
+    shapes = [
+        (8, 1, 8, 1, 8),
+        (1, 8, 8, 1, 8),
+        (2, 8, 16, 1, 16),
+        (1, 32, 32, 1, 32),
+        (8, 1, 1, 8, 8),
+        (16, 1, 16, 1, 16),
+    ]
+    for (tp, dp, ep, mtp_, g), comm, ov, mtp, red, role, chunk in itertools.product(
+        shapes, ["deepep-ll", "deepep-normal", "nccl", "pplx"], ["serial", "sbo", "two-batch", "five-stage"],
+        [0, 2], [0, 32], [None, "prefill", "decode"], [0, 8192],
+    ):  # fmt: skip
+        cfg = dict(model_path="m/x", tp=tp, dp=dp, ep=ep, moe_tp=mtp_, gpus=g, batch=32, mtp=mtp, redundant=red,
+                   comm=comm, overlap=ov, chunk_tokens=chunk, phase="mixed")  # fmt: skip
+        yield cfg, role
+
+
+def test_every_emitted_flag_is_in_the_pinned_list():
+    pins = launch_flags()
+    for cfg, role in _configs():
+        for eng in ENGINES:
+            allowed = set(pins[eng]["flags"])
+            for line in launch_commands(cfg, eng, role=role):
+                unknown = set(emitted_flags(line)) - allowed
+                assert not unknown, (eng, line, unknown)
+
+
+def test_pins_name_version_and_source():
+    for eng in ENGINES:
+        p = launch_flags()[eng]
+        assert p["version"] and p["sources"] and all(s.startswith("https://") for s in p["sources"])
+        assert all(f.startswith("--") for f in p["flags"])
+
+
+def test_sglang_wide_ep_decode():
+    (cmd,) = [c for c in launch_commands(WIDE, "sglang", role="decode", gpus_per_node=32) if not c.startswith("#")]
+    assert cmd.startswith("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3")
+    for part in ("--tp-size 32", "--dp-size 32", "--enable-dp-attention", "--ep-size 32", "--moe-a2a-backend deepep",
+                 "--deepep-mode low_latency", "--enable-two-batch-overlap", "--speculative-algorithm EAGLE",
+                 "--speculative-num-steps 1", "--speculative-num-draft-tokens 2", "--ep-num-redundant-experts 32",
+                 "--disaggregation-mode decode", "--max-running-requests 2048", "--cuda-graph-max-bs 64"):  # fmt: skip
+        assert part in cmd, part
+    assert "--nnodes" not in cmd
+
+
+def test_sglang_multi_node_one_line_per_node():
+    lines = launch_commands(WIDE, "sglang", gpus_per_node=8)
+    assert len(lines) == 4
+    assert [f"--node-rank {k}" in line for k, line in enumerate(lines)] == [True] * 4
+    assert all("--nnodes 4" in line and "--dist-init-addr" in line for line in lines)
+
+
+def test_normal_mode_and_no_a2a_without_ep():
+    cfg = {**WIDE, "comm": "deepep-normal", "overlap": "serial", "mtp": 0, "redundant": 0}
+    (cmd,) = launch_commands(cfg, "sglang", gpus_per_node=32)
+    assert "--deepep-mode normal" in cmd and "--speculative" not in cmd and "--enable-eplb" not in cmd
+    tp8 = {"tp": 8, "dp": 1, "ep": 1, "gpus": 8, "comm": "nccl"}
+    (cmd,) = launch_commands(tp8, "sglang")
+    assert "--tp-size 8" in cmd and "--ep-size" not in cmd and "--moe-a2a-backend" not in cmd and "--dp-size" not in cmd
+
+
+def test_vllm_and_trtllm_equivalents_or_say_not_supported():
+    vl = launch_commands({**WIDE, "gpus": 32}, "vllm", gpus_per_node=8)
+    assert len(vl) == 4 and "--data-parallel-size 32" in vl[0] and "--all2all-backend deepep_low_latency" in vl[0]
+    assert "--enable-dbo" in vl[0] and all("--headless" in line for line in vl[1:])
+    # vLLM's EP spans the whole instance: EP 8 with TP 2 x DP 8 (16 GPUs) is not expressible
+    odd = {**WIDE, "tp": 2, "dp": 8, "ep": 8, "moe_tp": 2, "gpus": 16}
+    assert launch_commands(odd, "vllm")[0].startswith("# vllm: not supported")
+    # TRT-LLM: attention DP runs TP 1, so TP 2 x DP 8 cannot be launched; two-batch overlap neither
+    assert launch_commands(odd, "trtllm")[0].startswith("# trtllm: not supported")
+    assert launch_commands(WIDE, "trtllm")[0].startswith("# trtllm: not supported")
+    ok = launch_commands({**WIDE, "overlap": "serial"}, "trtllm", gpus_per_node=32)
+    assert '"enable_attention_dp":true' in ok[0] and '"decoding_type":"MTP"' in ok[0]
+    assert "--tp_size 32" in ok[-1] and "--ep_size 32" in ok[-1]
+
+
+def test_text_and_model_path():
+    txt = launch_text([("decode pool", WIDE, "decode")], gpus_per_node=32)
+    assert "# ---- launch: decode pool" in txt and "# sglang (" in txt and "# vllm (" in txt and "# trtllm (" in txt
+    assert (
+        hf_model_path("huggingface.co/deepseek-ai/DeepSeek-V3 config.json; x", "deepseek-v3")
+        == "deepseek-ai/DeepSeek-V3"
+    )
+    assert hf_model_path(None, "mine") == "mine"
+    with pytest.raises(ValueError):
+        launch_commands(WIDE, "tgi")
