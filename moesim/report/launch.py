@@ -87,7 +87,7 @@ def _sglang(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
         a += [f"--dp-size {s['dp']}", "--enable-dp-attention"]
     if s["ep"] > 1:
         a.append(f"--ep-size {s['ep']}")
-    comm, notes = cfg.get("comm") or "", []
+    comm = cfg.get("comm") or ""
     if comm.startswith("deepep") and s["ep"] > 1:
         mode = "low_latency" if comm == "deepep-ll" else "normal"
         a += ["--moe-a2a-backend deepep", f"--deepep-mode {mode}"]
@@ -98,8 +98,7 @@ def _sglang(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
         a.append("--enable-two-batch-overlap")
     elif overlap == "sbo":
         a.append("--enable-single-batch-overlap")
-    elif overlap in ("five-stage", "ideal"):
-        notes.append(f"# sglang: overlap {overlap} has no SGLang flag (launched without it)")
+    notes = _overlap_note("sglang", overlap, ("two-batch", "sbo"))
     if s["redundant"] > 0:
         a += ["--enable-eplb", f"--ep-num-redundant-experts {s['redundant']}"]
     if s["mtp"] > 0:  # SGLang runs DeepSeek's MTP module as an EAGLE draft (docs: speculative decoding)
@@ -123,9 +122,14 @@ def _vllm_unsupported(cfg: dict, s: dict) -> str | None:
         return "experts split by both EP and MoE TP (vLLM's EP spans every GPU of the instance)"
     if s["ep"] > 1 and s["ep"] != s["gpus"]:
         return f"EP {s['ep']} on {s['gpus']} GPUs (vLLM's --enable-expert-parallel uses EP = TP x DP)"
-    if (cfg.get("overlap") or "") in ("sbo", "five-stage", "ideal"):
-        return f"overlap {cfg.get('overlap')} (vLLM overlaps two micro-batches only: --enable-dbo)"
     return None
+
+
+def _overlap_note(engine: str, overlap: str, has: tuple) -> list[str]:
+    """A comment when the priced overlap scheme has no flag on the engine (launched without it)."""
+    if not overlap or overlap in ("serial", "shared") + has:
+        return []
+    return [f"# {engine}: overlap {overlap} has no {engine} option: launched without it (slower than priced)"]
 
 
 def _vllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
@@ -153,9 +157,9 @@ def _vllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
     if role:
         kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
         a.append("--kv-transfer-config " + _q({"kv_connector": "NixlConnector", "kv_role": kv_role}))
-    n = _nodes(s["gpus"], gpn)
+    notes, n = _overlap_note("vllm", cfg.get("overlap") or "", ("two-batch",)), _nodes(s["gpus"], gpn)
     if n == 1:
-        return [" ".join(a)]
+        return notes + [" ".join(a)]
     if s["tp"] > gpn or gpn % s["tp"]:
         return [f"# vllm: not supported as priced: attention TP {s['tp']} across nodes of {gpn} GPUs"]
     local = gpn // s["tp"]
@@ -164,7 +168,7 @@ def _vllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
         f"--data-parallel-address {HEAD}",
         f"--data-parallel-rpc-port {VLLM_RPC_PORT}",
     ]
-    out = [" ".join(a + rpc)]
+    out = notes + [" ".join(a + rpc)]
     out += [" ".join(a + rpc + ["--headless", f"--data-parallel-start-rank {k * local}"]) for k in range(1, n)]
     return out
 
@@ -193,8 +197,6 @@ def _trtllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
     """`trtllm-serve` (PyTorch backend) with its extra options file; multi-node under MPI."""
     if s["dp"] not in (1, s["gpus"]):
         return [f"# trtllm: not supported as priced: attention TP {s['tp']} x DP {s['dp']} (attention DP runs TP 1)"]
-    if (cfg.get("overlap") or "") in ("two-batch", "five-stage", "ideal"):
-        return [f"# trtllm: not supported as priced: overlap {cfg.get('overlap')} has no trtllm-serve option"]
     opts = _trtllm_options(cfg, s, role)
     name = f"extra_llm_api_options{'_' + role if role else ''}.yaml"
     a = [f"trtllm-serve {cfg['model_path']}", "--backend pytorch", "--trust_remote_code", f"--tp_size {s['gpus']}"]
@@ -204,7 +206,7 @@ def _trtllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
         a.append(f"--max_batch_size {s['batch']}")
     if s["chunk"] > 0:
         a.append(f"--max_num_tokens {s['chunk']}")
-    out = []
+    out = _overlap_note("trtllm", cfg.get("overlap") or "", ())
     if opts:
         out.append(f"echo {_q(opts)} > {name}")  # JSON is YAML
         a.append(f"--extra_llm_api_options {name}")

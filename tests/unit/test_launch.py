@@ -82,7 +82,9 @@ def test_vllm_and_trtllm_equivalents_or_say_not_supported():
     assert launch_commands(odd, "vllm")[0].startswith("# vllm: not supported")
     # TRT-LLM: attention DP runs TP 1, so TP 2 x DP 8 cannot be launched; two-batch overlap neither
     assert launch_commands(odd, "trtllm")[0].startswith("# trtllm: not supported")
-    assert launch_commands(WIDE, "trtllm")[0].startswith("# trtllm: not supported")
+    # an overlap scheme the engine lacks: launched without it, with a comment
+    assert launch_commands(WIDE, "trtllm")[0].startswith("# trtllm: overlap two-batch has no trtllm option")
+    assert launch_commands({**WIDE, "overlap": "sbo"}, "vllm", gpus_per_node=32)[0].startswith("# vllm: overlap sbo")
     ok = launch_commands({**WIDE, "overlap": "serial"}, "trtllm", gpus_per_node=32)
     assert '"enable_attention_dp":true' in ok[0] and '"decoding_type":"MTP"' in ok[0]
     assert "--tp_size 32" in ok[-1] and "--ep_size 32" in ok[-1]
