@@ -257,6 +257,7 @@ def disagg_cmd(
     ] = False,
     json_out: O.Json = False,
     out: O.Out = None,
+    emit_launch: O.EmitLaunch = False,
 ):
     """Disaggregated prefill/decode pools for (ISL, OSL) under TTFT/TPOT targets vs aggregated serving."""
     tune_malloc()
@@ -297,6 +298,22 @@ def disagg_cmd(
         typer.echo(json_text(d, clean=False))
     else:
         print_disagg(r)
+        if emit_launch:
+            _launch_disagg(r, model, set_, gpus_per_node, hardware, prefill_hardware, decode_hardware)
+
+
+def _launch_disagg(r, model, set_, gpn, hardware, prefill_hardware, decode_hardware) -> None:
+    """--emit-launch of `disagg`: the prefill and decode pools (PD roles) and the aggregated best."""
+    from moesim.cli.launch import emit_launch  # lazy: only when asked
+
+    agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")} if r.aggregated else None
+    for title, cfg, role, hw in (
+        ("prefill pool", r.prefill, "prefill", prefill_hardware),
+        ("decode pool", r.decode, "decode", decode_hardware),
+        ("aggregated best", agg, None, None),
+    ):
+        if cfg:
+            emit_launch([(title, cfg, role)], model, hw or hardware, set_, gpn)
 
 
 def register(app: typer.Typer) -> None:

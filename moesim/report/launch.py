@@ -71,7 +71,8 @@ def _shape(cfg: dict) -> dict:
         "mtp": _i(cfg, "mtp"),
         "redundant": _i(cfg, "redundant"),
         "batch": _i(cfg, "batch"),
-        "chunk": _i(cfg, "chunk_tokens"),
+        # prefill tokens per forward pass per DP group; a prefill pool's batch is exactly that
+        "chunk": _i(cfg, "chunk_tokens") or (_i(cfg, "batch") if cfg.get("phase") == "prefill" else 0),
     }
 
 
@@ -105,7 +106,7 @@ def _sglang(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
         a += ["--speculative-algorithm EAGLE", f"--speculative-num-steps {s['mtp']}", "--speculative-eagle-topk 1"]
         a.append(f"--speculative-num-draft-tokens {s['mtp'] + 1}")
     if s["chunk"] > 0:
-        a.append(f"--chunked-prefill-size {s['chunk']}")
+        a.append(f"--chunked-prefill-size {s['chunk'] * s['dp']}")  # SGLang splits it over the DP-attention ranks
     if s["batch"] > 0 and cfg.get("phase", "decode") != "prefill":
         a += [f"--max-running-requests {s['batch'] * s['dp']}", f"--cuda-graph-max-bs {s['batch']}"]
     if role:
