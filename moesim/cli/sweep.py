@@ -306,10 +306,12 @@ def _launch_disagg(r, model, set_, gpn, hardware, prefill_hardware, decode_hardw
     """--emit-launch of `disagg`: the prefill and decode pools (PD roles) and the aggregated best."""
     from moesim.cli.launch import emit_launch  # lazy: only when asked
 
+    dep = r.deployment or {}
+    n_p, n_d = dep.get("prefill_instances"), dep.get("decode_instances")
     agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")} if r.aggregated else None
     for title, cfg, role, hw in (
-        ("prefill pool", r.prefill, "prefill", prefill_hardware),
-        ("decode pool", r.decode, "decode", decode_hardware),
+        (f"prefill pool (start {n_p or 'x'} instances)", r.prefill, "prefill", prefill_hardware),
+        (f"decode pool (start {n_d or 'y'} instances)", r.decode, "decode", decode_hardware),
         ("aggregated best", agg, None, None),
     ):
         if cfg:

@@ -100,3 +100,48 @@ def test_text_and_model_path():
     assert hf_model_path(None, "mine") == "mine"
     with pytest.raises(ValueError):
         launch_commands(WIDE, "tgi")
+
+
+def _launch_blocks(stdout: str) -> dict:
+    """engine -> the command lines printed under its '# <engine> (<version>)' header."""
+    out, eng = {}, None
+    for line in stdout.splitlines():
+        head = line.split(" (", 1)[0][2:] if line.startswith("# ") else None
+        if head in ENGINES:
+            eng = head
+        elif line.startswith("# ----"):
+            eng = None
+        elif eng and line.strip():
+            out.setdefault(eng, []).append(line)
+    return out
+
+
+def _check_pinned(stdout: str) -> dict:
+    blocks = _launch_blocks(stdout)
+    for eng, lines in blocks.items():
+        for line in lines:
+            assert set(emitted_flags(line)) <= set(launch_flags()[eng]["flags"]), line
+    return blocks
+
+
+def test_cli_estimate_emits_the_priced_configuration():
+    from tests.conftest import run_cli
+
+    p = run_cli("estimate", "-m", "deepseek-v3", "-g", "h200", "--tp", "1", "--ep", "16", "--batch", "64", "--mtp", "1",
+                "--overlap", "two-batch", "--emit-launch", check=True)  # fmt: skip
+    sg = _check_pinned(p.stdout)["sglang"]
+    assert len(sg) == 2 and "--ep-size 16" in sg[0] and "--enable-two-batch-overlap" in sg[0]  # 2 H200 nodes
+    assert "--node-rank 1" in sg[1] and "--speculative-num-steps 1" in sg[0]
+
+
+def test_cli_disagg_emits_both_roles():
+    from tests.conftest import run_cli
+
+    p = run_cli("disagg", "-m", "deepseek-v3", "-g", "h200", "--isl", "4000", "--osl", "1000", "--max-ttft", "2s",
+                "--max-tpot", "50ms", "--prefill-tp", "1", "--prefill-ep", "8", "--prefill-batch", "8192", "--decode-tp",
+                "1", "--decode-ep", "8", "--decode-batch", "32,64", "--no-aggregated", "--emit-launch", check=True)  # fmt: skip
+    sg = _check_pinned(p.stdout)["sglang"]
+    assert any("--disaggregation-mode prefill" in c for c in sg) and any(
+        "--disaggregation-mode decode" in c for c in sg
+    )
+    assert "# ---- launch: prefill pool (start" in p.stdout
