@@ -208,6 +208,8 @@ def _trtllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
     if s["chunk"] > 0:
         a.append(f"--max_num_tokens {s['chunk']}")
     out = _overlap_note("trtllm", cfg.get("overlap") or "", ())
+    if s["redundant"] > 0:  # TRT-LLM's EPLB takes a moe_config.load_balancer slot file, not a count
+        out.append(f"# trtllm: {s['redundant']} redundant experts need moe_config.load_balancer (not emitted)")
     if opts:
         out.append(f"echo {_q(opts)} > {name}")  # JSON is YAML
         a.append(f"--extra_llm_api_options {name}")
