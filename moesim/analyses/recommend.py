@@ -68,6 +68,7 @@ def aggregated_candidates(mix, osl, load, gpn):
             "tokens_per_s_per_gpu": tps,
             "ttft_s": d["ttft_s"].to_numpy(float),
             "tpot_s": d["tpot_s"].to_numpy(float),
+            "_d": d.index.to_numpy(),  # the mixed row (for --emit-launch; dropped by `recommend`)
         }
     )
 
@@ -108,6 +109,8 @@ def disagg_candidates(pre, dec, isl, osl, load, gpn):
             "tokens_per_s_per_gpu": (np.minimum(x * p_req, y * d_req) * osl / gpus).ravel(),
             "ttft_s": ttft.ravel(),
             "tpot_s": tpot.ravel(),
+            "_p": p.index.to_numpy()[pi],  # the prefill and decode rows (for --emit-launch)
+            "_d": d.index.to_numpy()[di],
         }
     )
 
@@ -124,11 +127,13 @@ def recommend(
     concurrency=None,
     gpus_per_node=None,
     include_disagg=True,
+    launch_top=0,
     **disagg_kwargs,
 ):
     """Candidate deployments serving the load, fewest GPUs first (then most tokens/s per GPU): a
     DataFrame (mode, gpus, deployment, instances, capacity, tokens/s per GPU, TTFT, TPOT); the
-    searched spaces and notes in ``attrs``. disagg_kwargs go to `disagg` (axes, engine, cost_mode...)."""
+    searched spaces and notes in ``attrs`` (with launch_top > 0, ``attrs["launch"]``: the
+    configurations of the first launch_top rows as (title, row, role) entries). disagg_kwargs go to `disagg` (axes, engine, cost_mode...)."""
     import pandas as pd  # lazy: start-up time
 
     load = _load(request_rate, concurrency)
@@ -143,7 +148,29 @@ def recommend(
     if len(out):
         out = out.sort_values(["gpus", "tokens_per_s_per_gpu"], ascending=[True, False], kind="stable")
     out = out.reset_index(drop=True)
+    launch = _launch_entries(out.head(launch_top), r.frames) if launch_top else []
+    out = out.drop(columns=[c for c in ("_p", "_d") if c in out.columns])
+    out.attrs.update({"launch": launch} if launch_top else {})
     out.attrs.update({"load": dict([load]), "gpus_per_node": gpn, "searched": r.searched, "notes": r.notes})
+    return out
+
+
+def _launch_entries(top, frames) -> list:
+    """(title, configuration row, PD role) of each candidate in ``top`` (the instances to start)."""
+    out = []
+    for k, c in enumerate(top.to_dict("records")):
+        if c["mode"] == "aggregated":
+            row = {**frames["mixed"].loc[c["_d"]].to_dict()}
+            out.append(
+                (
+                    f"#{k + 1} aggregated: {c['deployment']}",
+                    {**row, "chunk_tokens": row.get("prefill_chunk_tokens")},
+                    None,
+                )
+            )
+            continue
+        out.append((f"#{k + 1} prefill: {c['deployment']}", frames["prefill"].loc[c["_p"]].to_dict(), "prefill"))
+        out.append((f"#{k + 1} decode: {c['deployment']}", frames["decode"].loc[c["_d"]].to_dict(), "decode"))
     return out
 
 

@@ -65,6 +65,7 @@ def estimate(
     ] = True,
     json_out: O.Json = False,
     out: Annotated[Path | None, typer.Option("--out", help="write JSON to a file")] = None,
+    emit_launch: O.EmitLaunch = False,
 ):
     """One step of one configuration: per-op time, share and bound, memory and throughput."""
     r = run_estimate(**O.estimate_kwargs(cfg), cuda_graphs=cuda_graphs)
@@ -80,6 +81,12 @@ def estimate(
     print_estimate(r)
     if not r.memory["fits"]:
         typer.echo(does_not_fit_text(r, smallest_fitting_ep(r)))
+    if emit_launch:
+        from moesim.cli.launch import emit_launch as emit  # lazy: only when asked
+
+        c = r.config
+        emit([("estimate", {**c, "redundant": c.get("redundant_experts"), "chunk_tokens": cfg["chunk_tokens"]}, None)],
+             cfg["model"], cfg["hardware"], cfg["set_"])  # fmt: skip
 
 
 def _list_catalog(kind: str, load, line, width: int) -> None:

@@ -40,6 +40,7 @@ def recommend_cmd(
     no_disagg: Annotated[bool, typer.Option("--no-disagg", help="aggregated deployments only")] = False,
     top: Annotated[int, typer.Option("--top", help="candidates to show (the best and the runners-up)")] = 5,
     json_out: O.JsonRows = False,
+    emit_launch: O.EmitLaunch = False,
 ):
     """Fewest GPUs for a load (--request-rate or --concurrency) under TTFT/TPOT targets: aggregated
     replicas or disaggregated prefill + decode instances, with the runners-up."""
@@ -63,11 +64,17 @@ def recommend_cmd(
             engine=engine,
             total_gpus=max_gpus,
             progress=prog.update,
+            launch_top=1 if emit_launch else 0,  # the best candidate's instances
         )
     if json_out:
         typer.echo(frame_json_text(df.head(top)))
         return
     print_recommend(df, top)
+    if emit_launch:
+        from moesim.cli.launch import emit_launch as emit  # lazy: only when asked
+
+        for title, row, role in df.attrs.get("launch", []):
+            emit([(title, row, role)], model, row.get("hardware") or hardware, set_, gpus_per_node)
 
 
 def register(app: typer.Typer) -> None:

@@ -135,6 +135,12 @@ JsonRows = Annotated[bool, typer.Option("--json", help="print the rows as JSON")
 Out = Annotated[Path | None, typer.Option("--out", help="write the result JSON to a file")]
 OutRows = Annotated[Path | None, typer.Option("--out", help="write rows to .csv, .parquet or .json")]
 Figure = Annotated[Path, typer.Option("--out", help="image to write (.png, .svg or .pdf)")]
+EmitLaunch = Annotated[
+    bool,
+    typer.Option(
+        "--emit-launch", help="print the SGLang / vLLM / TRT-LLM launch commands of the chosen configuration(s)"
+    ),
+]
 Plot = Annotated[Path | None, typer.Option("--plot", help="draw to this image (.png, .svg or .pdf)")]
 
 

@@ -114,6 +114,18 @@ def _best_row(ranked):
     return ranked.loc[ok].iloc[0].to_dict() if ok.any() else None
 
 
+def _launch(rows: list, grid: dict, titles: list) -> None:
+    """--emit-launch of sweep / pareto rows (each on its own hardware)."""
+    from moesim.cli.launch import emit_launch  # lazy: only when asked
+
+    for title, row in zip(titles, rows):
+        if row is None:
+            emit_launch([], None, None)
+            continue
+        cfg = {**row, "chunk_tokens": grid["chunk_tokens"]}
+        emit_launch([(title, cfg, None)], grid["model"], row.get("hardware"), grid["set_"], grid["gpus_per_node"])
+
+
 def emit_rows(df, out, json_out) -> bool:
     """--out / --json of a frame; True when the JSON was printed (nothing else to print)."""
     if out is not None:
@@ -133,6 +145,7 @@ def sweep_cmd(
     top: Annotated[int, typer.Option("--top", help="rows to print, best tokens/s per GPU first")] = 20,
     out: O.OutRows = None,
     json_out: O.JsonRows = False,
+    emit_launch: O.EmitLaunch = False,
 ):
     """Evaluate the cartesian product of deployment axes; print the best rows (tokens/s per GPU)."""
     if top < 0:
@@ -149,6 +162,8 @@ def sweep_cmd(
     print_table(ranked, f"top {min(top, len(ranked))} of {len(ranked):,} by {what} (feasible first)", top)
     typer.echo(summary(df))
     typer.echo(searched_lines(df, _best_row(ranked)))
+    if emit_launch:
+        _launch([_best_row(ranked)], grid, ["best row"])
 
 
 @O.shared("grid", O.grid_block)
@@ -166,6 +181,7 @@ def pareto_cmd(
     plot: O.Plot = None,
     out: O.OutRows = None,
     json_out: O.JsonRows = False,
+    emit_launch: O.EmitLaunch = False,
 ):
     """Pareto frontier(s) of throughput vs tokens/s per user (valid configurations that fit)."""
     from moesim.report.plots import plot_frontiers  # lazy: matplotlib only when drawing
@@ -185,6 +201,9 @@ def pareto_cmd(
     typer.echo(searched_lines(df, None, ranked=False))
     if plot is not None:
         typer.echo(f"wrote {plot}")
+    if emit_launch and len(front):  # the two ends of the frontier: most throughput, most tokens/s per user
+        ends = [front.loc[front[y].idxmax()].to_dict(), front.loc[front[x].idxmax()].to_dict()]
+        _launch(ends, grid, [f"frontier: max {y}", f"frontier: max {x}"])
 
 
 def _decode_axes(spec, mtp, axes) -> dict:
@@ -238,6 +257,7 @@ def disagg_cmd(
     ] = False,
     json_out: O.Json = False,
     out: O.Out = None,
+    emit_launch: O.EmitLaunch = False,
 ):
     """Disaggregated prefill/decode pools for (ISL, OSL) under TTFT/TPOT targets vs aggregated serving."""
     tune_malloc()
@@ -278,6 +298,24 @@ def disagg_cmd(
         typer.echo(json_text(d, clean=False))
     else:
         print_disagg(r)
+        if emit_launch:
+            _launch_disagg(r, model, set_, gpus_per_node, hardware, prefill_hardware, decode_hardware)
+
+
+def _launch_disagg(r, model, set_, gpn, hardware, prefill_hardware, decode_hardware) -> None:
+    """--emit-launch of `disagg`: the prefill and decode pools (PD roles) and the aggregated best."""
+    from moesim.cli.launch import emit_launch  # lazy: only when asked
+
+    dep = r.deployment or {}
+    n_p, n_d = dep.get("prefill_instances"), dep.get("decode_instances")
+    agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")} if r.aggregated else None
+    for title, cfg, role, hw in (
+        (f"prefill pool (start {n_p or 'x'} instances)", r.prefill, "prefill", prefill_hardware),
+        (f"decode pool (start {n_d or 'y'} instances)", r.decode, "decode", decode_hardware),
+        ("aggregated best", agg, None, None),
+    ):
+        if cfg:
+            emit_launch([(title, cfg, role)], model, hw or hardware, set_, gpn)
 
 
 def register(app: typer.Typer) -> None:
