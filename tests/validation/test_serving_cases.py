@@ -57,12 +57,19 @@ def test_mixed_cases_run_the_serving_model_at_their_concurrency(checks):
     for i in mixed:
         cfg = case_config(cases[i], cases)
         assert cfg["isl"] > 0 and cfg["osl"] > 0
-    # concurrency is each case's own (same_as + batch override): TPOT and throughput rise with it
+    # one deployment at several concurrencies (same_as + batch override): TPOT and throughput rise
     by = {(ch.case, ch.metric): float(ch.predicted) for ch in checks}
-    conc = sorted(mixed, key=lambda i: case_config(cases[i], cases)["batch"])
+    sweep = [i for i in mixed if i.startswith("inferencex-")]
+    assert len(sweep) >= 4
+    conc = sorted(sweep, key=lambda i: case_config(cases[i], cases)["batch"])
     tpot = [by[(i, "tpot_s")] for i in conc]
     tput = [by[(i, "tokens_per_s_per_gpu")] for i in conc]
     assert tpot == sorted(tpot) and tpot[0] < tpot[-1]
     assert tput == sorted(tput) and tput[0] < tput[-1]
-    # TTFT >= the prompt's own prefill, which is > 0
-    assert all(by[(i, "ttft_s")] > 0 for i in conc)
+    # every mixed case gives a TTFT and a TPOT; a longer prompt alone gives a longer TTFT
+    assert all(by[(i, "ttft_s")] > 0 and by[(i, "tpot_s")] > 0 for i in mixed)
+    short, long_ = (
+        "tenstorrent-16xh100-tp16-r1-isl128-osl1024-conc1",
+        "tenstorrent-16xh100-tp16-r1-isl2048-osl128-conc1",
+    )
+    assert by[(long_, "ttft_s")] > by[(short, "ttft_s")]
