@@ -36,6 +36,10 @@ ESTIMATE_KEYS = {
     "set",
     "expert_skew",
     "context_dist",
+    "isl",  # phase mixed (aggregated serving): prompt and output tokens per request
+    "osl",
+    "chunk_tokens",
+    "request_rate",
 }
 
 
