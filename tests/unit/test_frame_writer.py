@@ -81,3 +81,25 @@ def test_failed_write_keeps_old_file(frame, tmp_path, monkeypatch, suffix):
         writer.write_frame(frame, out)
     assert out.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no temporary file left behind
+
+
+def test_rank_feasible_first_best_first_missing_last_stable():
+    """report.sweep.rank (the order --out writes): valid and fitting rows first, each part best first,
+    a missing value last in its part, ties in input order; the same as pandas' stable sort."""
+    from moesim.report.sweep import rank
+
+    df = pd.DataFrame(
+        {
+            "valid": [True, True, False, True, True, True, True],
+            "fits": [True, False, True, True, True, True, True],
+            "tokens_per_s_per_gpu": [5.0, 99.0, 50.0, np.nan, 7.0, 5.0, 7.0],
+        },
+        index=[10, 11, 12, 13, 14, 15, 16],
+    )
+    assert rank(df).index.tolist() == [14, 16, 10, 15, 13, 11, 12]
+    ref = (
+        df.assign(_ok=(df["valid"] & df["fits"]).astype(int))
+        .sort_values(["_ok", "tokens_per_s_per_gpu"], ascending=False, na_position="last", kind="stable")
+        .drop(columns="_ok")
+    )
+    pd.testing.assert_frame_equal(rank(df), ref)
