@@ -74,12 +74,11 @@ def console():
 
 def rank(df, by="tokens_per_s_per_gpu"):
     """Valid, fitting rows first, each part best `by` first."""
-    ok = (df["valid"] & df["fits"]).astype(int)
-    return (
-        df.assign(_ok=ok)
-        .sort_values(["_ok", by], ascending=[False, False], na_position="last", kind="stable")
-        .drop(columns="_ok")
-    )
+    # one stable lexsort and one take (was assign + sort_values + drop: three copies of a 344k-row frame);
+    # numpy sorts NaN last, and -NaN is NaN, so a missing `by` stays last within its part
+    ok = np.asarray(df["valid"] & df["fits"], dtype=np.int8)
+    key = np.asarray(df[by], dtype=float)
+    return df.take(np.lexsort((-key, -ok)))
 
 
 def _fold_constants(df, cols):
@@ -137,7 +136,7 @@ def summary(df) -> str:
             f"{ev['configurations']:,} configurations evaluated ({ev['valid']:,} valid, {ev['fit']:,} fit), "
             f"{n:,} pass the filters"
         )
-    eng = sorted(set(df["engine"])) if n and "engine" in df else []
+    eng = sorted(df["engine"].unique()) if n and "engine" in df else []  # unique: no Python loop over rows
     tail = f" · engine {', '.join(map(str, eng))}" if eng else ""
     lines = [f"{shown} in {el:.2f} s{tail}; batch: {df.attrs.get('units', {}).get('batch', '')}"]
     lines += [f"filters: {t}" for t in [filters_text(df.attrs.get("filters") or {})] if t]

@@ -5,6 +5,8 @@ An OSError becomes one ConfigError line naming the flag and what is allowed."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +65,52 @@ def _check_parquet_engine() -> None:
             ) from None
 
 
+def _arrow_table(df):
+    """The frame as a pyarrow Table (no index), or None when pyarrow is missing or cannot type a column
+    (an object column of mixed types): the caller then writes through pandas."""
+    try:
+        import pyarrow as pa  # lazy: only commands that write frames load it
+    except ImportError:
+        return None
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+
+
+def _csv_header(columns) -> str:
+    """The header line as pandas writes it (quotes only where a name needs them)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([str(c) for c in columns])
+    return buf.getvalue()
+
+
+def write_csv(df, path) -> None:
+    """CSV through pyarrow's columnar writer (~10x pandas.to_csv: 344k rows x 46 columns in ~0.6 s
+    instead of ~6 s): floats in shortest round-trip form, booleans true/false, missing values empty,
+    string values quoted; the header as pandas writes it. Without pyarrow: pandas.to_csv."""
+    table = _arrow_table(df)
+    if table is None:
+        df.to_csv(path, index=False)
+        return
+    import pyarrow.csv as pcsv  # lazy: start-up time (only --out loads it)
+
+    with open(path, "wb") as f:
+        f.write(_csv_header(df.columns).encode("utf-8"))
+        pcsv.write_csv(table, f, pcsv.WriteOptions(include_header=False))
+
+
+def write_parquet(df, path) -> None:
+    """Parquet through pyarrow (no index); without it pandas' engine (fastparquet) if installed."""
+    table = _arrow_table(df)
+    if table is None:
+        df.to_parquet(path, index=False)
+        return
+    import pyarrow.parquet as pq  # lazy: start-up time (only --out loads it)
+
+    pq.write_table(table, path)
+
+
 def write_frame(df, out, *, suffixes=FRAME_SUFFIXES, allowed: str | None = None) -> Path:
     """A data frame by extension: .csv (no index), .parquet (no index), .json (records)."""
     out = Path(out)
@@ -72,9 +120,9 @@ def write_frame(df, out, *, suffixes=FRAME_SUFFIXES, allowed: str | None = None)
     if suf == ".parquet":
         _check_parquet_engine()
     writers = {
-        ".csv": lambda p: df.to_csv(p, index=False),
+        ".csv": lambda p: write_csv(df, p),
         ".json": lambda p: df.to_json(p, orient="records", indent=1),
-        ".parquet": lambda p: df.to_parquet(p, index=False),
+        ".parquet": lambda p: write_parquet(df, p),
     }
     return atomic_write(out, writers[suf], allowed=allowed or f"{', '.join(suffixes)} path")
 

@@ -115,3 +115,16 @@ def test_the_installed_wheel_reads_user_catalogs(venv, tmp_path):
     p = _moesim(venv, tmp_path, "hardware")
     assert p.returncode == 0, p.stderr
     assert "my-gpu" in p.stdout and "h200" in p.stdout
+
+
+def test_the_installed_wheel_writes_parquet(wheel, venv, tmp_path):
+    """pyarrow is a core dependency (issue 16 part 5): a plain install writes .parquet and .csv."""
+    meta = zipfile.ZipFile(wheel).read(f"moesim-{moesim.__version__}.dist-info/METADATA").decode()
+    assert any(ln.startswith("Requires-Dist: pyarrow") for ln in meta.splitlines())
+    pd = pytest.importorskip("pandas")
+    for suf in (".parquet", ".csv"):
+        out = tmp_path / f"s{suf}"
+        p = _moesim(venv, tmp_path, "sweep", "--ep", "8,16", "--batch", "1,8", "--top", "1", "--out", str(out))
+        assert p.returncode == 0, p.stderr
+        back = pd.read_parquet(out) if suf == ".parquet" else pd.read_csv(out)
+        assert len(back) > 0 and back.columns[0] == "model"
