@@ -22,22 +22,14 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sweep_speed import pin_one_core  # noqa: E402  (bench/ is this script's folder on sys.path)
+
 # 4 tp x 7 ep x 256 batch x 12 context x 2 mtp x 2 redundant = 344,064 configurations
 AXES = [
     "--tp", "1,2,4,8", "--ep", "8,16,32,64,128,144,256", "--batch", "1:256:1", "--context", "1024:12288:1024",
     "--mtp", "0,1", "--acceptance", "0.8", "--redundant", "0,32",
 ]  # fmt: skip
 N_CONFIGS = 344_064
-
-
-def pin_one_core():
-    """Pin this process (and so its children) to one CPU."""
-    try:
-        cpu = sorted(os.sched_getaffinity(0))[0]
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    except (AttributeError, OSError):
-        return "not pinned (no sched_setaffinity)"
 
 
 def whole_process(extra: list[str], repeat: int) -> float:

@@ -215,7 +215,7 @@ class Profile:
 
     def _attn_factor(self, v: dict, shape: dict):
         """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
-        block = v.get("residual") if v.get("status", "fitted") != "derived" or "residual" in v else None
+        block = v.get("residual")
         if not block:
             return 1.0
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
