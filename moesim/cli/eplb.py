@@ -145,7 +145,7 @@ def eplb_command(
     if note:
         print(note, file=sys.stderr)
     if json_out:
-        echo(json_text(out, indent=None, clean=False))
+        echo(json_text(out, indent=None))
     else:
         print_eplb(out, res, weight, echo)
     return out

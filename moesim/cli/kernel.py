@@ -37,9 +37,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json"),
     ):
         """Predict one kernel: time_s, flops, bytes, bound, efficiency, provenance."""
-        # lazy imports: `moesim --help` must not pay for the model stack (start-up time)
-        import json
-
         # lazy: start-up time (`moesim --help` imports every command module)
         from moesim import units as U
 
@@ -51,6 +48,7 @@ def register(app: typer.Typer) -> None:
 
         # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.perf.kernel import price_kernel
+        from moesim.report.writer import json_text  # lazy: strict JSON only for --json
 
         mdl, hw = resolve_specs(model, hardware, set_)
         cm_mode = CostMode.parse(cost_mode, "cost_mode")
@@ -61,7 +59,7 @@ def register(app: typer.Typer) -> None:
         res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
         res |= price_kernel(w, mdl, hw, cm_mode, prof) | {"notes": notes}
         if json_out:
-            typer.echo(json.dumps(res, indent=2, allow_nan=False))
+            typer.echo(json_text(res))
             return
         typer.echo(
             f"{op} on {hw.name} ({cm_mode.value}, {res['engine']}): {U.fmt_time(res['time_s'])}  bound {res['bound']}  "

@@ -33,7 +33,7 @@ def roofline_cmd(
     res = roofline(measurements=measurements, calibration=not no_calibration, **O.estimate_kwargs(cfg))
     draw_roofline(res, out)
     if json_out:
-        typer.echo(json_text({**res, "out": str(out)}, clean=False))
+        typer.echo(json_text({**res, "out": str(out)}))
         return
     typer.echo("\n".join(roofline_lines(res)))
     typer.echo(f"wrote {out}")

@@ -292,10 +292,10 @@ def disagg_cmd(
         )
     d = r.to_dict()
     if out is not None:
-        write_json(d, out, clean=False)
+        write_json(d, out)
         typer.echo(f"wrote {out}", err=json_out)
     if json_out:
-        typer.echo(json_text(d, clean=False))
+        typer.echo(json_text(d))
     else:
         print_disagg(r)
         if emit_launch:

@@ -69,7 +69,7 @@ def timeline(
     tl = layer_timeline(**O.estimate_kwargs(cfg))
     plot_timeline(tl, out)
     if json_out:
-        typer.echo(json_text(tl, clean=False))
+        typer.echo(json_text(tl))
     else:
         typer.echo(f"{tl['title']}\nwrote {out}")
 

@@ -29,7 +29,7 @@ def validate(
     checks = run(cases or None, ids=set(only) if only else None, engine=engine)
     summ = summary(checks)
     if json_out:
-        typer.echo(json_text({"checks": [c.__dict__ for c in checks], "summary": summ}, clean=False))
+        typer.echo(json_text({"checks": [c.__dict__ for c in checks], "summary": summ}))
     else:
         print_validate(checks, summ)
     if out:

@@ -176,7 +176,7 @@ def _vllm(cfg: dict, s: dict, role: str | None, gpn: int) -> list[str]:
 
 def _q(obj: dict) -> str:
     """A JSON argument quoted for the shell (no spaces: one token)."""
-    return "'" + json.dumps(obj, separators=(",", ":")) + "'"
+    return "'" + json.dumps(obj, separators=(",", ":"), allow_nan=False) + "'"
 
 
 def _trtllm_options(cfg: dict, s: dict, role: str | None) -> dict:

@@ -19,13 +19,11 @@ FRAME_SUFFIXES = (".csv", ".parquet", ".json")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
-def json_text(obj, *, indent: int | None = 2, clean: bool = True) -> str:
-    """JSON of a result. clean: numpy -> Python and non-finite -> null (`moesim.units.jsonable`),
-    strict JSON. clean=False keeps the historical text of the commands whose output may carry NaN
-    (validate's missing errors, disagg, roofline, timeline, eplb): NaN stays NaN, unknown -> str."""
-    if clean:
-        return json.dumps(jsonable(obj), indent=indent, allow_nan=False, default=str)
-    return json.dumps(obj, indent=indent, default=str)
+def json_text(obj, *, indent: int | None = 2) -> str:
+    """Strict JSON of a result (RFC 8259): numpy -> Python, non-finite numbers -> null, booleans stay
+    booleans (`moesim.units.jsonable`); allow_nan=False guards it, so a NaN that slips past raises
+    here (a test failure) instead of printing `NaN`. Unknown objects -> str."""
+    return json.dumps(jsonable(obj), indent=indent, allow_nan=False, default=str)
 
 
 def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", allowed: str) -> Path:
@@ -43,13 +41,14 @@ def write_text(text: str, out, *, flag: str = "--out", allowed: str = "file path
     return atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"), flag=flag, allowed=allowed)
 
 
-def write_json(obj, out, *, clean: bool = True, allowed: str = "file path") -> Path:
-    """One JSON object (indent 2, trailing newline) to ``out``."""
-    return write_text(json_text(obj, clean=clean) + "\n", out, allowed=allowed)
+def write_json(obj, out, *, allowed: str = "file path") -> Path:
+    """One JSON object (indent 2, trailing newline, strict: `json_text`) to ``out``."""
+    return write_text(json_text(obj) + "\n", out, allowed=allowed)
 
 
 def frame_json_text(df) -> str:
-    """A frame's rows as JSON records (what `--json` prints and `--out x.json` writes)."""
+    """A frame's rows as JSON records (what `--json` prints and `--out x.json` writes). pandas writes
+    NaN/inf as null (strict JSON; tests/unit/test_strict_json.py holds it to that)."""
     return df.to_json(orient="records", indent=1)
 
 
