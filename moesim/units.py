@@ -29,13 +29,24 @@ HOUR_S = 3600.0
 DAY_S = 86400.0
 
 
+NA = "n/a"  # what a human table prints for a quantity that does not exist here (never `inf` / `nan`)
+
+
 def fmt_time(t_s: float) -> str:
     t = float(t_s)
+    if not math.isfinite(t):  # a scheme that cannot run, an unstable queue: callers add the reason
+        return NA
     if t >= 1:
         return f"{t:.3f} s"
     if t >= 1e-3:
         return f"{t * 1e3:.2f} ms"
     return f"{t * 1e6:.1f} µs"
+
+
+def fmt_num(x: float, spec: str = "g") -> str:
+    """``format(x, spec)``, or "n/a" for NaN/inf (human output is finite: issue 17)."""
+    x = float(x)
+    return format(x, spec) if math.isfinite(x) else NA
 
 
 # ---------------------------------------------------------------- durations typed by people

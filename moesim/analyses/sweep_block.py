@@ -14,6 +14,7 @@ from moesim.engine.serving import evaluate_mixed
 from moesim.enums import Phase
 from moesim.errors import MoesimError
 from moesim.grid.validity import check_grid
+from moesim.schedule.schemes import SCHEMES, micro_batches
 from moesim.specs.study import NUMERIC_AXES
 
 INT_COLUMNS = ("tp", "dp", "ep", "moe_tp", "gpus", "mtp", "redundant")
@@ -53,8 +54,28 @@ def evaluate_block(m, h, g, derived_reason, phase, overlap, comm, run: Run):
         ok = np.zeros(n, bool)
         reason = np.full(n, str(e), dtype=object)
         out, notes = {}, []
+    ok, reason = _unrunnable(g, out, ok, reason, "token" if phase == Phase.PREFILL else "request")
     _tick(run.state, n - idx.size)
     return _assemble(cols, out, n, ok, reason), notes
+
+
+def _unrunnable(g, out, ok, reason, unit: str):
+    """A micro-batched scheme (two-batch, five-stage) at a batch below its micro-batch count cannot run;
+    the engine prices it as inf (moesim.engine.evaluate). Such rows are invalid with the reason, not
+    rows of `inf`/null times."""
+    step, chosen = out.get("step_time_s"), out.get("overlap")
+    if step is None or chosen is None:
+        return ok, reason
+    for name in SCHEMES:
+        ub = micro_batches(name)
+        if ub < 2:
+            continue
+        bad = ok & (chosen == name) & ~np.isfinite(step) & (g.batch < ub)
+        if bad.any():
+            why = f"overlap {name}: needs batch >= {ub} (one {unit} per micro-batch)"
+            reason = np.where(bad, why, reason).astype(object)
+            ok = ok & ~bad
+    return ok, reason
 
 
 def _label_columns(m, h, g, phase, overlap, comm, run: Run) -> dict:

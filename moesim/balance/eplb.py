@@ -31,12 +31,11 @@ functions only use ratios.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from moesim.balance.load_csv import load_from_csv  # re-exported: the reader moved to its own module
 from moesim.errors import ConfigError
 
 __all__ = [
@@ -353,45 +352,3 @@ def zipf_load(experts: int, s: float, layers: int = 1, seed: int = 0) -> np.ndar
     rng = np.random.default_rng(seed)
     perm = np.argsort(rng.random((int(layers), int(experts))), axis=1)
     return pop[perm]
-
-
-def load_from_csv(path) -> np.ndarray:
-    """[layers, experts] loads from a CSV (rows = layers, columns = experts; numbers only,
-    an optional non-numeric header row, blank lines and '#' comments skipped)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"load: {p} does not exist or is not a file")
-    rows: list[list[float]] = []
-    try:
-        with p.open(newline="", encoding="utf-8") as f:
-            lines = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ConfigError(
-            f"load: cannot read {p} ({e.__class__.__name__}); expected a CSV of numbers "
-            f"(rows = layers, columns = experts)"
-        ) from None
-    for lineno, raw in enumerate(lines, start=1):
-        cells = [c.strip() for c in raw]
-        if not cells or all(c == "" for c in cells) or cells[0].startswith("#"):
-            continue
-        try:
-            vals = [float(c) for c in cells]
-        except ValueError:
-            if not rows and lineno == 1:
-                continue  # header row
-            raise ConfigError(
-                f"load: {p} line {lineno} has a non-numeric value; expected numbers (rows = layers, columns = experts)"
-            ) from None
-        if rows and len(vals) != len(rows[0]):
-            raise ConfigError(
-                f"load: {p} line {lineno} has {len(vals)} columns, expected {len(rows[0])} (one column per expert)"
-            )
-        rows.append(vals)
-    if not rows:
-        raise ConfigError(f"load: {p} is empty; expected rows = layers, columns = experts")
-    a = np.asarray(rows, dtype=np.float64)
-    if not np.all(np.isfinite(a)):
-        raise ConfigError(f"load: {p} contains NaN/inf; loads must be finite and >= 0")
-    if np.any(a < 0):
-        raise ConfigError(f"load: {p} contains negative loads; loads must be >= 0")
-    return a

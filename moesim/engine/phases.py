@@ -4,6 +4,8 @@ serving, "mixed" (`estimate_mixed`: decode and prefill scheduled as the engine s
 
 from __future__ import annotations
 
+import math
+
 from moesim.engine.estimate import EstimateResult, estimate_step, op_table
 from moesim.engine.serving import check_inputs, load_note, serve
 from moesim.enums import DEFAULT_ENGINE, Phase
@@ -71,8 +73,8 @@ def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, 
     if not v["stable"][0]:
         notes.append(
             f"unstable: {request_rate:g} requests/s is more than this deployment serves (prefill share "
-            f"{float(v['prefill_share'][0]) * 100:.0f}%, {float(v['decode_batch'][0]):,.0f} requests would decode at "
-            f"once, batch {c['batch']:g}); the queue grows without bound: TTFT and TPOT infinite"
+            f"{float(v['prefill_share'][0]) * 100:.0f}%, {_count(float(v['decode_batch'][0]))} requests would decode at "
+            f"once, batch {c['batch']:g}); the queue grows without bound: TTFT and TPOT unbounded (n/a)"
         )
     mem = dict(d.memory, activation_bytes=float(v["activation_bytes"][0]), total_bytes=float(v["total_bytes"][0]),
                fits=bool(v["fits"][0]))  # fmt: skip
@@ -84,11 +86,20 @@ def _summary(v) -> str:
     f = {k: float(v[k][0]) for k in ("decode_step_time_s", "prefill_chunk_time_s", "prefill_chunk_tokens",
                                      "prefill_share", "ttft_queue_s", "ttft_prefill_s", "decode_batch")}  # fmt: skip
     return (
-        f"mixed: decode step {f['decode_step_time_s'] * 1e3:.2f} ms at {f['decode_batch']:.2f} requests; "
+        f"mixed: decode step {f['decode_step_time_s'] * 1e3:.2f} ms at {_count(f['decode_batch'], '.2f')} requests; "
         f"prefill-carrying pass {f['prefill_chunk_time_s'] * 1e3:.2f} ms with {f['prefill_chunk_tokens']:,.0f} "
-        f"prompt tokens ({f['prefill_share'] * 100:.1f}% of the time); TTFT = wait {f['ttft_queue_s'] * 1e3:.2f} ms "
-        f"+ own passes {f['ttft_prefill_s'] * 1e3:.2f} ms"
+        f"prompt tokens ({f['prefill_share'] * 100:.1f}% of the time); TTFT = wait {_ms(f['ttft_queue_s'])} "
+        f"+ own passes {_ms(f['ttft_prefill_s'])}"
     )
+
+
+def _count(x: float, spec: str = ",.0f") -> str:
+    """A count for a note; an unbounded one (unstable queue: inf) in words, never `inf`."""
+    return format(x, spec) if math.isfinite(x) else "unboundedly many"
+
+
+def _ms(t_s: float) -> str:
+    return f"{t_s * 1e3:.2f} ms" if math.isfinite(t_s) else "unbounded"
 
 
 __all__ = ["estimate", "estimate_mixed"]

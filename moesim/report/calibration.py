@@ -3,6 +3,8 @@ where it was measured, source table and version, rows, cross-validation error), 
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 
@@ -12,6 +14,14 @@ from moesim.perf.profile.provenance import entry_rows
 
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+def _param(v) -> str:
+    """A parameter as the profile holds it; the norm exponent q = inf (max of compute and memory time,
+    moesim.perf.efficiency.smax) reads as '∞ (max)', never `inf`."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "∞ (max)" if v > 0 else "n/a"
+    return str(v)
 
 
 def show_data(data: dict, path, launch_s: float) -> dict:
@@ -39,7 +49,9 @@ def _params_table(data: dict) -> Table:
     sections += [(f"{m} {op}", e) for m, ops in data["comm"].items() for op, e in ops.items()]
     sections += list(data["collectives"].items())
     for name, e in sections:
-        t.add_row(name, str(e.get("model", "")), ", ".join(f"{k}={v}" for k, v in (e.get("params") or {}).items()))
+        t.add_row(
+            name, str(e.get("model", "")), ", ".join(f"{k}={_param(v)}" for k, v in (e.get("params") or {}).items())
+        )
     return t
 
 

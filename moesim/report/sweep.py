@@ -53,6 +53,8 @@ TITLED = ("hardware", "phase", "context", "mtp", "overlap")
 def fmt_cell(v, f):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
+        return U.NA  # human output is finite (issue 17); the row's reason says why
     if f is None:
         return str(v)
     if f == "ms":

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 
 from moesim import units as U
+from moesim.schedule.schemes import micro_batches
 
 
 def model_line(m) -> str:
@@ -75,32 +78,39 @@ def _ops_table(r, wide: bool):
 def _step_lines(r) -> list[str]:
     cfg, v = r.config, r.values
     f = lambda k: float(v[k][0])  # noqa: E731
+    n = U.fmt_num
+    # an unstable open-loop queue (mixed) has no step time: n/a with the reason, never `inf`
+    why = "" if math.isfinite(f("step_time_s")) else " (unstable: the queue grows without bound; see the notes)"
     lines = [
-        f"step time        {U.fmt_time(f('step_time_s'))}   (MoE layer {U.fmt_time(f('moe_layer_time_s'))}, "
+        f"step time        {U.fmt_time(f('step_time_s'))}{why}   (MoE layer {U.fmt_time(f('moe_layer_time_s'))}, "
         f"dense layer {U.fmt_time(f('dense_layer_time_s'))}; sum of op times above is the serial view)"
     ]
     if cfg["phase"] == "prefill":
         lines.append(f"TTFT             {U.fmt_time(f('ttft_s'))}")
     else:
-        lines.append(f"TPOT             {U.fmt_time(f('tpot_s'))}   ({f('accepted_tokens_per_step'):.2f} tokens/step)")
-        lines.append(f"tokens/s/user    {f('tokens_per_s_per_user'):,.1f}")
+        lines.append(
+            f"TPOT             {U.fmt_time(f('tpot_s'))}   ({n(f('accepted_tokens_per_step'), '.2f')} tokens/step)"
+        )
+        lines.append(f"tokens/s/user    {n(f('tokens_per_s_per_user'), ',.1f')}")
     if cfg["phase"] == "mixed":
         lines += _mixed_lines(cfg, f)
     lines += [
-        f"tokens/s/GPU     {f('tokens_per_s_per_gpu'):,.0f}     tokens/s/node {f('tokens_per_s_per_node'):,.0f}",
-        f"MFU              {f('mfu') * 100:.1f}%      bottleneck: {v['bottleneck'][0]}",
+        f"tokens/s/GPU     {n(f('tokens_per_s_per_gpu'), ',.0f')}     tokens/s/node {n(f('tokens_per_s_per_node'), ',.0f')}",
+        f"MFU              {n(f('mfu') * 100, '.1f')}%      bottleneck: {v['bottleneck'][0]}",
     ]
     return lines
 
 
 def _mixed_lines(cfg, f) -> list[str]:
     """Aggregated serving: TTFT and its parts, the scheduler and the load (moesim.engine.serving)."""
+    n = U.fmt_num
     return [
         f"TTFT             {U.fmt_time(f('ttft_s'))}   (wait {U.fmt_time(f('ttft_queue_s'))} + own prefill passes "
         f"{U.fmt_time(f('ttft_prefill_s'))})",
-        f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {f('request_rate_per_s'):,.3g} "
-        f"requests/s, {f('concurrency'):,.3g} concurrent/DP group, decode batch {f('decode_batch'):,.3g}, "
-        f"prefill {f('prefill_share') * 100:.1f}% of the time (any DP rank: {f('prefill_pass_share') * 100:.1f}%)",
+        f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {n(f('request_rate_per_s'), ',.3g')} "
+        f"requests/s, {n(f('concurrency'), ',.3g')} concurrent/DP group, decode batch {n(f('decode_batch'), ',.3g')}, "
+        f"prefill {n(f('prefill_share') * 100, '.1f')}% of the time (any DP rank: "
+        f"{n(f('prefill_pass_share') * 100, '.1f')}%)",
     ]
 
 
@@ -120,6 +130,16 @@ def _memory_lines(r) -> list[str]:
     ]
 
 
+def _scheme_time(scheme: str, t_s: float, batch: float, phase: str) -> str:
+    """'two-batch 19.73 ms', or 'two-batch n/a (needs batch >= 2 ...)' for a scheme that cannot run here
+    (the engine prices it as inf: moesim.engine.evaluate)."""
+    if math.isfinite(t_s):
+        return f"{scheme} {U.fmt_time(t_s)}"
+    ub, unit = micro_batches(scheme), "token" if phase == "prefill" else "request"
+    why = f"needs batch >= {ub}: one {unit} per micro-batch" if batch < ub else "not applicable here"
+    return f"{scheme} {U.NA} ({why})"
+
+
 def _model_lines(r) -> list[str]:
     lines = [
         f"model            {r.model.total_params() / 1e9:.1f}B params, {r.model.active_params() / 1e9:.1f}B "
@@ -128,9 +148,9 @@ def _model_lines(r) -> list[str]:
     v = r.values
     by = {k[len("step_time_s[") : -1]: float(x[0]) for k, x in v.items() if k.startswith("step_time_s[")}
     if len(by) > 1:
-        lines.append(
-            "by overlap       " + ", ".join(f"{k} {U.fmt_time(x)}" for k, x in sorted(by.items(), key=lambda kv: kv[1]))
-        )
+        order = sorted(by.items(), key=lambda kv: (not math.isfinite(kv[1]), kv[1]))  # runnable first
+        b, ph = float(r.config["batch"]), str(r.config["phase"])
+        lines.append("by overlap       " + ", ".join(_scheme_time(k, x, b, ph) for k, x in order))
     return lines + [f"note: {n}" for n in r.notes]
 
 
