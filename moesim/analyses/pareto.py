@@ -51,6 +51,12 @@ def pareto(df, x="tokens_per_s_per_user", y="tokens_per_s_per_gpu", group_by=Non
     for c in [x, y] + ([] if group_by is None else ([group_by] if isinstance(group_by, str) else list(group_by))):
         if c not in df.columns:
             raise ConfigError(f"pareto: no column {c!r}; available: {', '.join(map(str, df.columns))}")
+    numeric = [str(c) for c in df.columns if df[c].dtype.kind in "iuf"]  # numbers (not booleans, not text)
+    for flag, c in (("--x", x), ("--y", y)):
+        if df[c].dtype.kind not in "iuf":
+            raise ConfigError(
+                f"pareto: {flag} {c!r} is not a numeric column ({df[c].dtype}); allowed: {', '.join(numeric)}"
+            )
     d = df
     if only_feasible:
         keep = np.ones(len(d), bool)

@@ -12,6 +12,7 @@ expect_us (layer breakdowns), tolerance (relative) — see validation/*.yaml.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -45,15 +46,59 @@ def load_cases(paths=None) -> list[dict]:
             c = dict(c)
             c["_file"] = str(p)
             cases.append(c)
-    ids = {c["id"] for c in cases}
+    _check_same_as(cases)
+    return cases
+
+
+def _check_same_as(cases: list[dict]) -> None:
+    """Every `config.same_as` names a case, and following them never comes back (a case deriving from
+    itself, directly or through others, would recurse without end)."""
+    by_id = {c["id"]: c for c in cases}
+    ref_of = {c["id"]: (c.get("config") or {}).get("same_as") for c in cases}
     for c in cases:
-        ref = (c.get("config") or {}).get("same_as")
-        if ref is not None and ref not in ids:
+        ref = ref_of[c["id"]]
+        if ref is not None and ref not in by_id:
             raise SpecError(
                 f"{c['_file']}: {c['id']}: config.same_as {ref!r} is not a case id; allowed: "
-                f"{', '.join(map(str, sorted(ids, key=str)))}"
+                f"{', '.join(map(str, sorted(by_id, key=str)))}"
             )
-    return cases
+    for c in cases:
+        chain, cur = [c["id"]], ref_of[c["id"]]
+        while cur is not None:
+            if cur in chain:
+                loop = " -> ".join(map(str, chain[chain.index(cur) :] + [cur]))
+                raise SpecError(
+                    f"{c['_file']}: {c['id']}: config.same_as forms a cycle ({loop}); allowed: the id of a case "
+                    "that does not derive, directly or through others, from this one"
+                )
+            chain.append(cur)
+            cur = ref_of[cur]
+
+
+_CONDITION = re.compile(r"(between\s+[-\d.e+]+\s+and\s+[-\d.e+]+|[<>]=?\s*[-\d.e+]+)")
+_EXPECT_ALLOWED = "a finite nonzero number, a [lo, hi] range, true/false, a text, or a condition ('> x', 'between a and b')"
+
+
+def _check_expect(p, cid, key: str, metric, v) -> None:
+    """One expectation: a relative error needs a finite nonzero figure; ranges and conditions must read."""
+    where = f"{p}: {cid}: {key}.{metric}: {v!r}"
+    x = num(v)
+    if isinstance(x, bool):
+        return
+    if isinstance(x, float):
+        if not math.isfinite(x) or x == 0:
+            raise SpecError(f"{where} has no relative error (pred / expected - 1); allowed: {_EXPECT_ALLOWED}")
+        return
+    if isinstance(x, str):  # a condition, or a text the prediction must equal (bottleneck: network)
+        t = x.strip()
+        if t.startswith(("<", ">", "between")) and not _CONDITION.fullmatch(t):
+            raise SpecError(f"{where} is not a condition; allowed: {_EXPECT_ALLOWED}")
+        return
+    if isinstance(x, list) and len(x) == 2:
+        lo, hi = num(x[0]), num(x[1])
+        if all(isinstance(b, float) and math.isfinite(b) for b in (lo, hi)) and lo <= hi:
+            return
+    raise SpecError(f"{where}; allowed: {_EXPECT_ALLOWED}")
 
 
 def _check_case(p, c):
@@ -64,6 +109,9 @@ def _check_case(p, c):
     for key in ("config", "inputs", "expect", "expect_us", "kernel", "kernel_rows"):
         if c.get(key) is not None and not isinstance(c[key], dict):
             raise SpecError(f"{p}: {cid}: {key}: expected a mapping, got {type(c[key]).__name__}")
+    for key in ("expect", "expect_us"):
+        for metric, v in (c.get(key) or {}).items():
+            _check_expect(p, cid, key, metric, v)
     if "tolerance" in c:
         tol = num(c["tolerance"])
         if isinstance(tol, bool) or not isinstance(tol, float) or not math.isfinite(tol) or tol <= 0:
