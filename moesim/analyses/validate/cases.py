@@ -76,7 +76,9 @@ def _check_same_as(cases: list[dict]) -> None:
 
 
 _CONDITION = re.compile(r"(between\s+[-\d.e+]+\s+and\s+[-\d.e+]+|[<>]=?\s*[-\d.e+]+)")
-_EXPECT_ALLOWED = "a finite nonzero number, a [lo, hi] range, true/false, a text, or a condition ('> x', 'between a and b')"
+_EXPECT_ALLOWED = (
+    "a finite nonzero number, a [lo, hi] range, true/false, a text, or a condition ('> x', 'between a and b')"
+)
 
 
 def _check_expect(p, cid, key: str, metric, v) -> None:
