@@ -19,6 +19,25 @@ class CalibrationError(MoesimError):
     """A calibration CSV or profile is invalid or does not match."""
 
 
+def key_text(k) -> str:
+    """A mapping key (or any user value) for a one-line message: as is when short and printable, else
+    its repr, shortened (a YAML key may hold a newline, be a number, or be too large to print)."""
+    try:
+        t = str(k)
+        if t.isprintable() and len(t) <= 80:
+            return t
+        t = repr(k)
+    except ValueError:  # an int beyond the 4300-digit str limit
+        return f"<{type(k).__name__} too large to print>"
+    return t if len(t) <= 80 else t[:77] + "..."
+
+
+def unknown_keys(d: dict, allowed) -> list:
+    """The keys of ``d`` not in ``allowed``, in a stable order whatever their types (YAML keys may mix
+    text and numbers, which ``sorted`` alone cannot compare)."""
+    return sorted((k for k in d if k not in set(allowed)), key=lambda k: (type(k).__name__, key_text(k)))
+
+
 def check_number(
     name: str,
     v,

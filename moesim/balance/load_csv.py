@@ -1,7 +1,7 @@
 """Expert-load CSVs (`eplb --load`, `--expert-skew FILE.csv`): rows = MoE layers, columns = experts.
 
 Read: numbers only; an optional non-numeric header row; blank lines and '#' comments skipped; a
-UTF-8 byte-order mark (Excel's "CSV UTF-8") is dropped; the separator is ',' or, when a line has
+UTF-8 byte-order mark (Excel's "CSV UTF-8") is dropped, a UTF-16 one decodes the file as UTF-16; the separator is ',' or, when a line has
 no ',', ';' or a tab (spreadsheets in locales with a decimal comma write ';'). Anything else is one
 ConfigError line naming the file, the line, the column and the value: a decimal comma, hex
 (0x10), a NaN/inf, a negative load, a ragged row, a file with a header and no numbers.
@@ -9,6 +9,7 @@ ConfigError line naming the file, the line, the column and the value: a decimal 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import re
 from pathlib import Path
@@ -33,7 +34,11 @@ def _delimiter(line: str) -> str:
 def _lines(p: Path) -> list[tuple[int, list[str]]]:
     """(line number, stripped cells) of the data lines (comments and blank lines dropped)."""
     try:
-        text = p.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is not part of the first cell
+        raw = p.read_bytes()
+        # a byte-order mark names the encoding (Excel: "CSV UTF-8" writes EF BB BF, "Unicode text" FF FE);
+        # utf-8-sig drops a UTF-8 BOM, so it is never part of the first cell
+        utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        text = raw.decode("utf-16" if utf16 else "utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(
             f"load: cannot read {p} ({e.__class__.__name__}); expected a UTF-8 CSV of numbers ({SHAPE})"

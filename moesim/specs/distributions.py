@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.errors import ConfigError, check_number
+from moesim.errors import ConfigError, check_number, key_text, unknown_keys
 
 __all__ = ["LengthDist", "context_dist", "length_dist", "section", "MAX_CONTEXT_CV", "LENGTH_BINS_DISCRETE"]
 
@@ -46,9 +46,9 @@ def section(where, name, d, allowed):
         return {}
     if not isinstance(d, dict):
         raise ConfigError(f"{where}{name}: must be a mapping with keys {', '.join(allowed)}")
-    unknown = sorted(set(d) - set(allowed))
+    unknown = unknown_keys(d, allowed)
     if unknown:
-        raise ConfigError(f"{where}{name}.{unknown[0]}: unknown key; allowed {', '.join(allowed)}")
+        raise ConfigError(f"{where}{name}.{key_text(unknown[0])}: unknown key; allowed {', '.join(allowed)}")
     return d
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from moesim.errors import ConfigError, check_number
+from moesim.errors import ConfigError, check_number, key_text, unknown_keys
 
 __all__ = ["Prices", "PrefillPool", "DecodePool", "pool_from_dict", "PRICE_KEYS", "COMMS"]
 
@@ -82,9 +82,9 @@ def pool_from_dict(cls, where: str, section: str, d, overlaps) -> object:
     if not isinstance(d, dict):
         raise ConfigError(f"{where}{section}: must be a mapping with keys {', '.join(f.name for f in fields(cls))}")
     known = [f.name for f in fields(cls)]
-    unknown = sorted(set(d) - set(known))
+    unknown = unknown_keys(d, known)
     if unknown:
-        raise ConfigError(f"{where}{section}.{unknown[0]}: unknown key; allowed {', '.join(known)}")
+        raise ConfigError(f"{where}{section}.{key_text(unknown[0])}: unknown key; allowed {', '.join(known)}")
     p = f"{section}."
     tp = check_number(p + "tp", d.get("tp", 1), lo=1, hi=1024, integer=True, where=where)
     ep = d.get("ep")

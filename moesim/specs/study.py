@@ -8,6 +8,7 @@ filters. Axis values are a list, a scalar or a string: "1,2,4", "1:256" (doublin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,8 @@ def parse_values(name: str, value) -> list:
     items = value if isinstance(value, (list, tuple, np.ndarray)) else [value]
     out = []
     for it in items:
-        if isinstance(it, str):
-            parts = [p.strip() for p in it.split(",") if p.strip()]
+        if isinstance(it, str):  # "1,2,4"; ';' separates too (spreadsheet locales); a BOM is not a value
+            parts = [p.strip() for p in re.split(r"[,;]", it.replace("\ufeff", "")) if p.strip()]
         else:
             parts = [it]
         for p in parts:
@@ -99,7 +100,8 @@ def _check_value(name, x: float) -> float:
     lo, hi, integer, allowed = AXIS_RANGES[name]
     bad = not np.isfinite(x) or x > hi or (x <= lo if name in ("batch", "context") else x < lo)
     if bad or (integer and x != np.round(x)):
-        raise ConfigError(f"{name}: {x:g} is out of range; allowed {allowed}")
+        shown = f"{x:g}" if np.isfinite(x) else "a non-finite value (NaN, or beyond the float range)"
+        raise ConfigError(f"{name}: {shown} is out of range; allowed {allowed}")
     return x
 
 
@@ -109,7 +111,11 @@ def _num(name, p) -> float:
     try:
         return float(p)  # also YAML's "31.0e9" strings
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{name}: {p!r} is not a number; use a list, a:b (powers of two) or a:b:step") from None
+        pass
+    shown = repr(p) if len(repr(p)) <= 40 else repr(p)[:37] + "..."
+    if isinstance(p, str) and re.fullmatch(r"[+-]?0[xX][0-9a-fA-F]+", p):  # YAML reads a bare 0x10; a text one is not
+        raise ConfigError(f"{name}: {shown} is hexadecimal in a text value; write {int(p, 16)}") from None
+    raise ConfigError(f"{name}: {shown} is not a number; use a list, a:b (powers of two) or a:b:step") from None
 
 
 def _parse_range(name, text) -> list:
@@ -157,6 +163,14 @@ def load_study(path) -> dict:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise ConfigError(
             f"study: {p.name} is not valid YAML" + (f" (line {line + 1})" if line is not None else "")
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"study: {p.name} is nested too deeply to read; allowed: a YAML mapping of study keys"
+        ) from None
+    except ValueError as e:  # an integer literal beyond Python's 4300-digit limit
+        raise ConfigError(
+            f"study: {p.name}: unreadable value ({str(e).split(';')[0]}); allowed: numbers of normal size"
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"study: {p.name} must be a mapping with keys {', '.join(STUDY_KEYS)}")

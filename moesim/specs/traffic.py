@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from moesim.errors import ConfigError, check_number
+from moesim.errors import ConfigError, check_number, key_text, unknown_keys
 from moesim.specs.distributions import LengthDist, length_dist, section
 from moesim.specs.pools import (
     OVERLAPS_DECODE,
@@ -193,9 +193,9 @@ def traffic_from_dict(d: dict, *, file: str | None = None) -> Traffic:
     where = f"{file}: " if file else ""
     if not isinstance(d, dict):
         raise ConfigError(f"{where}traffic: must be a mapping of keys ({', '.join(TOP_KEYS[:3])}, ...)")
-    unknown = sorted(set(d) - set(TOP_KEYS))
+    unknown = unknown_keys(d, TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{where}{unknown[0]}: unknown key; allowed {', '.join(TOP_KEYS)}")
+        raise ConfigError(f"{where}{key_text(unknown[0])}: unknown key; allowed {', '.join(TOP_KEYS)}")
     hours = check_number("hours", d.get("hours", 24), lo=1, hi=MAX_HOURS, integer=True, where=where)
     vol = _volumes(where, d, hours)
     diurnal = _diurnal(where, d.get("diurnal"), hours)
@@ -339,6 +339,12 @@ def read_traffic_yaml(path) -> dict:
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise ConfigError(f"{p.name}: not valid YAML" + (f" (line {line + 1})" if line is not None else "")) from None
+    except RecursionError:
+        raise ConfigError(f"{p.name}: nested too deeply to read; allowed: a YAML mapping of traffic keys") from None
+    except ValueError as e:  # an integer literal beyond Python's 4300-digit limit
+        raise ConfigError(
+            f"{p.name}: unreadable value ({str(e).split(';')[0]}); allowed: numbers of normal size"
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -53,7 +53,11 @@ def load_cases(paths=None) -> list[dict]:
 def _check_same_as(cases: list[dict]) -> None:
     """Every `config.same_as` names a case, and following them never comes back (a case deriving from
     itself, directly or through others, would recurse without end)."""
-    by_id = {c["id"]: c for c in cases}
+    by_id: dict = {}
+    for c in cases:
+        if c["id"] in by_id:
+            raise SpecError(f"{c['_file']}: {c['id']}: duplicate case id (also in {by_id[c['id']]['_file']})")
+        by_id[c["id"]] = c
     ref_of = {c["id"]: (c.get("config") or {}).get("same_as") for c in cases}
     for c in cases:
         ref = ref_of[c["id"]]
@@ -111,6 +115,9 @@ def _check_case(p, c):
     for key in ("config", "inputs", "expect", "expect_us", "kernel", "kernel_rows"):
         if c.get(key) is not None and not isinstance(c[key], dict):
             raise SpecError(f"{p}: {cid}: {key}: expected a mapping, got {type(c[key]).__name__}")
+    ref = (c.get("config") or {}).get("same_as")
+    if ref is not None and (not isinstance(ref, (str, int)) or isinstance(ref, bool)):
+        raise SpecError(f"{p}: {cid}: config.same_as: {ref!r}; allowed: the id of another case")
     for key in ("expect", "expect_us"):
         for metric, v in (c.get(key) or {}).items():
             _check_expect(p, cid, key, metric, v)
