@@ -172,6 +172,8 @@ def load_study(path) -> dict:
         raise ConfigError(
             f"study: {p.name}: unreadable value ({str(e).split(';')[0]}); allowed: numbers of normal size"
         ) from None
+    if data is None:
+        raise ConfigError(f"study: {p.name} is empty (no YAML mapping); allowed keys: {', '.join(STUDY_KEYS)}")
     if not isinstance(data, dict):
         raise ConfigError(f"study: {p.name} must be a mapping with keys {', '.join(STUDY_KEYS)}")
     for k in data:
