@@ -53,12 +53,12 @@ def _files(d: Path) -> dict:
     put("c_cond.yaml", "cases:\n- {id: a, config: {batch: 8}, expect: {tpot_s: '< abc'}}\n")
     put("c_range.yaml", "cases:\n- {id: a, config: {batch: 8}, expect: {max_batch: [100, 1]}}\n")
     put("c_range3.yaml", "cases:\n- {id: a, config: {batch: 8}, expect: {max_batch: [1, 2, 3]}}\n")
-    put("c_deep.yaml", "cases: " + "[" * 3000 + "]" * 3000 + "\n")
+    put("c_deep.yaml", "cases: " + "[" * 1100 + "]" * 1100 + "\n")
     put("c_bigint.yaml", "cases:\n- {id: a, config: {batch: " + "9" * 5000 + "}, expect: {fits: true}}\n")
     put("c_utf16.yaml", raw=_CASE.encode("utf-16"))
     # study YAML
     put("s_hex_text.yaml", 'axes: {ep: "8,0x10"}\n')
-    put("s_deep.yaml", "axes: " + "[" * 3000 + "]" * 3000 + "\n")
+    put("s_deep.yaml", "axes: " + "[" * 1100 + "]" * 1100 + "\n")
     put("s_bigint.yaml", "axes: {ep: [" + "9" * 5000 + "]}\n")
     put("s_bom_only.yaml", raw=b"\xef\xbb\xbf")
     put("s_utf16.yaml", raw="axes: {ep: [8]}\n".encode("utf-16"))
@@ -66,7 +66,7 @@ def _files(d: Path) -> dict:
     put("s_semi_yaml.yaml", "axes: {ep: [8]; batch: [16]}\n")
     put("s_overflow.yaml", "axes: {ep: [8], batch: [1e400]}\n")
     # traffic YAML
-    put("t_deep.yaml", "input_tokens: " + "[" * 3000 + "]" * 3000 + "\n")
+    put("t_deep.yaml", "input_tokens: " + "[" * 1100 + "]" * 1100 + "\n")
     put("t_bigint.yaml", "input_tokens: " + "9" * 5000 + "\noutput_tokens: 1\n")
     put("t_key_newline.yaml", 'input_tokens: 1e9\noutput_tokens: 1e9\nprices: {"line\\nbreak": 1}\n')
     put("t_mixed_keys.yaml", "input_tokens: 1e9\noutput_tokens: 1e9\n1: 2\nzz: 3\n")
