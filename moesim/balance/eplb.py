@@ -217,6 +217,9 @@ def _validate(w: np.ndarray, num_slots, num_groups, num_nodes, num_gpus) -> None
         raise ConfigError("weight: contains NaN/inf; expert loads must be finite and >= 0")
     if np.any(w < 0):
         raise ConfigError("weight: contains negative loads; expert loads must be >= 0")
+    with np.errstate(over="ignore"):
+        if not np.all(np.isfinite(w.sum(axis=1))):  # shares are load / layer total: it must be a float
+            raise ConfigError("weight: a layer's loads sum beyond the float64 range; scale the loads down")
     e = w.shape[1]
     sizes = {"num_slots": num_slots, "num_groups": num_groups, "num_nodes": num_nodes, "num_gpus": num_gpus}
     for name, v in sizes.items():

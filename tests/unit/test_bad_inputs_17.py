@@ -155,6 +155,14 @@ CASES: list[Case] = [
         "allowed: b",
     ),
     api(
+        "api-eplb-overflow",
+        lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).rebalance_experts(
+            __import__("numpy").array([[1e308, 1e308]]), 2, 1, 1, 1
+        ),
+        "weight",
+        "float64",
+    ),
+    api(
         "api-load-csv-hex",
         lambda f: __import__("moesim.balance.eplb", fromlist=["x"]).load_from_csv(f["l_hex"]),
         "hexadecimal",
