@@ -357,6 +357,9 @@ def _totals(t: Traffic, dec: DecodeCapacity, pre: PrefillCapacity, hourly: dict,
 def _nic_warnings(nic_util, hours: int, h) -> list:
     """A warning when the KV transfer exceeds (or nears) the pools' NIC capacity in some hour."""
     over = np.nonzero(nic_util > 1.0)[0]
+    if not np.all(np.isfinite(nic_util)):  # inf: KV flows where a pool has 0 nodes (never printed as inf)
+        n = int(np.sum(~np.isfinite(nic_util)))
+        return [f"KV transfer flows in {n} of {hours} hours while a pool is planned at 0 nodes; NIC use n/a"]
     if over.size:
         return [
             f"KV transfer exceeds the NIC capacity in {over.size} of {hours} hours (peak "

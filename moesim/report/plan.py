@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
+
+from moesim import units as U
 
 DECODE_LIMIT = {"slo": "the SLO", "memory": "memory", "sweep": "the sweep limit"}
 PREFILL_LIMIT = {"batch_tokens": "prefill.batch_tokens (the cap)", "ttft": "the TTFT SLO", "memory": "memory"}
@@ -131,9 +135,12 @@ def _money_lines(r) -> list[str]:
 
 def _tail_lines(r) -> list[str]:
     tot = r.totals
+    nic = float(tot["peak_nic_utilisation"])
+    # a pool planned at 0 nodes while KV still flows has no NIC to use (moesim.analyses.plan: inf)
+    nic_text = f"{nic * 100:.1f}%" if math.isfinite(nic) else f"{U.NA} (a pool with 0 nodes carries KV traffic)"
     lines = [
         f"KV transfer  peak {tot['peak_kv_transfer_Bps'] / 1e9:,.1f} GB/s prefill->decode "
-        f"({r.kv_bytes_per_token:,.0f} B/token); peak NIC use {tot['peak_nic_utilisation'] * 100:.1f}%"
+        f"({r.kv_bytes_per_token:,.0f} B/token); peak NIC use {nic_text}"
     ]
     lines += [f"[yellow]warning:[/yellow] {w}" for w in r.warnings]
     lines += [f"note: {n}" for n in r.notes]

@@ -31,6 +31,7 @@ COMMANDS = {
     "--decode-ep 144 --batch 64 --max-instances 4 --no-aggregated": (0,),
     "recommend --isl 1000 --osl 100 --max-ttft 2s --max-tpot 50ms --request-rate 1 --max-gpus 16 --no-disagg": (0,),
     "plan --traffic examples/traffic_deepseek_day.yaml": (0,),
+    "plan --input-tokens 1 --output-tokens 1": (0,),  # a pool rounds to 0 nodes: NIC use n/a, not inf%
     "eplb --experts 16 --slots 16 --gpus 4 --layers 2": (0,),
     "eplb --experts 16 --slots 16 --gpus 4 --layers 2 --zipf 0": (0,),
     "validate --case seed002-decode-roofline --case seed002-decode-memory": (0, 1),
