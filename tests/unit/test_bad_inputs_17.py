@@ -140,6 +140,13 @@ CASES: list[Case] = [
     cli("traffic-mixed-keys", "plan --traffic {t_mixed_keys}", "1: unknown key", "input_tokens"),
     cli("traffic-utf16", "plan --traffic {t_utf16}", "t_utf16.yaml", "not UTF-8"),
     cli("traffic-semicolons", "plan --traffic {t_semi}", "t_semi.yaml", "not valid YAML"),
+    # --- absurd but finite what-ifs and counts: rejected before any NaN (other helpers own the rest)
+    cli("whatif-nvlink-tiny", "estimate --set hardware.nvlink_bw_GBps=1e-300", "nvlink_eff_bw_GBps", "nominal"),
+    cli("whatif-rdma-tiny", "estimate --set hardware.rdma_bw_GBps=1e-300", "rdma_eff_bw_GBps", "nominal"),
+    cli("whatif-memory-tiny", "estimate --set hardware.memory_GB=1e-300", "memory_reserve_GB", "below memory_GB"),
+    cli("kernel-json-bad-set", "kernel --op gemm --m 64 --n 2112 --k 7168 --json --set hardware.bogus=1", "bogus"),
+    cli("eplb-cells-bound", "eplb --experts 100000 --slots 1000000 --gpus 1000000 --layers 100", "placement cells"),
+    cli("pareto-group-unknown", "pareto --ep 16 --group-by bogus", "no column 'bogus'", "available"),
     # --- the Python API
     api(
         "api-validate-cycle",
