@@ -75,6 +75,9 @@ def _unrunnable(g, out, ok, reason, unit: str):
             why = f"overlap {name}: needs batch >= {ub} (one {unit} per micro-batch)"
             reason = np.where(bad, why, reason).astype(object)
             ok = ok & ~bad
+            for v in out.values():  # its inf times are "not applicable": missing (NaN) as in other invalid rows
+                if v.dtype.kind == "f":
+                    v[bad & ~np.isfinite(v)] = np.nan
     return ok, reason
 
 
