@@ -69,7 +69,7 @@ def yaml_problem(e: yaml.YAMLError) -> str:
 def read_mapping(path: Path) -> dict:
     """Read a YAML/JSON file into a mapping, failing with one line on any problem."""
     text = read_text(path)
-    if not text.strip():
+    if not text.replace("\ufeff", "").strip():  # a byte-order mark alone is still an empty file
         raise SpecError(f"{path}: file is empty")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

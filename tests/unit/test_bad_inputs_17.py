@@ -122,6 +122,8 @@ CASES: list[Case] = [
     cli("validate-three-range", "validate {c_range3}", "expect.max_batch", "[lo, hi]"),
     cli("validate-deep", "validate {c_deep}", "nested too deeply"),
     cli("validate-bigint", "validate {c_bigint}", "unreadable value", "normal size"),
+    cli("validate-bom-only", "validate {s_bom_only}", "s_bom_only.yaml", "file is empty"),
+    cli("model-bom-only", "estimate --model {s_bom_only}", "s_bom_only.yaml", "file is empty"),
     cli("validate-utf16", "validate {c_utf16}", "c_utf16.yaml", "cannot read"),
     # --- study YAML
     cli("study-hex-text", "sweep --study {s_hex_text}", "ep", "'0x10'", "hexadecimal", "write 16"),
