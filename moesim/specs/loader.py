@@ -20,6 +20,7 @@ from moesim.specs.hardware import HardwareSpec
 from moesim.specs.hf_import import default_name, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
+from moesim.specs.yamlio import load_yaml
 
 
 def catalog(kind: str) -> dict[str, Path]:
@@ -72,7 +73,7 @@ def read_mapping(path: Path) -> dict:
     if not text.strip():
         raise SpecError(f"{path}: file is empty")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: malformed YAML{yaml_problem(e)}") from None
     except json.JSONDecodeError as e:
@@ -101,7 +102,7 @@ def parse_overrides(items: Iterable[str] | None) -> dict[str, dict[str, object]]
         if head not in out or not rest:
             raise SpecError(f"--set: {key!r} must start with 'model.' or 'hardware.' and name a field")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         out[head][rest] = value

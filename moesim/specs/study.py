@@ -15,6 +15,7 @@ import yaml
 
 from moesim import units as U
 from moesim.errors import ConfigError
+from moesim.specs.yamlio import load_yaml
 
 # The numeric axes, in the order of moesim.grid.core.AXES (a test keeps them equal; specs sit
 # below grid, so the tuple is spelled out here).
@@ -148,7 +149,7 @@ def load_study(path) -> dict:
     """A study YAML -> keyword arguments of `sweep`. Strict: unknown keys are an error."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"study: cannot read {str(path)!r} ({e.__class__.__name__})") from None
     except UnicodeDecodeError:

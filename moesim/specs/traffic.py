@@ -48,6 +48,7 @@ from moesim.specs.pools import (
     Prices,
     pool_from_dict,
 )
+from moesim.specs.yamlio import load_yaml
 
 __all__ = [
     "Traffic",
@@ -335,7 +336,7 @@ def read_traffic_yaml(path) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: cannot read traffic file (not UTF-8 text); allowed: a YAML mapping") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise ConfigError(f"{p.name}: not valid YAML" + (f" (line {line + 1})" if line is not None else "")) from None
