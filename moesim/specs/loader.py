@@ -139,20 +139,33 @@ def load_model(name_or_path="deepseek-v3", overrides: Mapping[str, object] | Non
 
 # nominal link bandwidth -> its achievable twin (HardwareSpec.nvlink_Bps / rdma_Bps(achievable=True))
 _ACHIEVABLE_TWIN = {"nvlink_bw_GBps": "nvlink_eff_bw_GBps", "rdma_bw_GBps": "rdma_eff_bw_GBps"}
+# tensor / vector peaks: SMs x per-SM throughput x clock (NVIDIA architecture whitepapers give the
+# peaks as that product), so a what-if on the SM count alone keeps the per-SM rate and scales them
+_SM_PEAKS = ("fp8_tflops", "bf16_tflops", "fp4_tflops", "fp32_tflops")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _carry_achievable(data: dict, overrides: Mapping[str, object]) -> dict:
-    """A --set of a nominal link bandwidth alone keeps the spec's achievable fraction (achievable =
-    nominal x the file's eff / nominal), so a what-if on the link moves calibrated/achievable times
-    too (issue 14: every bandwidth what-if must move the answer)."""
+    """What-ifs that carry their dependents: a --set of a nominal link bandwidth alone keeps the
+    spec's achievable fraction (achievable = nominal x the file's eff / nominal), so a what-if on the
+    link moves calibrated/achievable times too (issue 14); a --set of `sms` alone scales every peak
+    by new / file SMs (_SM_PEAKS), so compute scales with the SM count (issue 17)."""
     out = dict(overrides)
     for nom, eff in _ACHIEVABLE_TWIN.items():
         if nom not in overrides or eff in overrides:
             continue
         old_nom, old_eff, new_nom = data.get(nom), data.get(eff), overrides[nom]
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old_nom, old_eff, new_nom))
-        if numbers and old_nom > 0:
+        if all(_number(v) for v in (old_nom, old_eff, new_nom)) and old_nom > 0:
             out[eff] = float(new_nom) * float(old_eff) / float(old_nom)
+    old_sms, new_sms = data.get("sms"), overrides.get("sms")
+    if "sms" in overrides and not any(k in overrides for k in _SM_PEAKS):
+        if _number(old_sms) and _number(new_sms) and old_sms > 0 and new_sms > 0:
+            for k in _SM_PEAKS:
+                if _number(data.get(k)):
+                    out[k] = float(data[k]) * float(new_sms) / float(old_sms)
     return out
 
 

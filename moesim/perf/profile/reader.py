@@ -156,6 +156,9 @@ class Profile:
             roof = S.roofline_from_yaml(data.get("roofline") or {})
             self._flops, self._hbm, self._sms = roof["flops"], roof["hbm_Bps"], roof["sms"]
             self._nom, self._domain = roof["nominal"], roof["domain_gpus"]
+        # the SM count the entries were fitted at (the roofline block the fit records), for the
+        # terms that are per-SM rates (attention's load saturation)
+        self._fit_sms = int((data.get("roofline") or {}).get("sms") or self._sms)
         launch = data.get("launch") or {}
         if launch.get("status") == "hardware" and hardware is not None:
             self.launch_s = float(hardware.kernel_launch_s)
@@ -211,7 +214,8 @@ class Profile:
         """(model, roofline) times of an mla_v2 attention entry (moesim.perf.attention_eff)."""
         if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
             raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
-        return A.entry_time(family, e, shape, peak_flops(self._flops, "bf16"), self._hbm, self._sms, self._attn_factor)
+        peak, bw = peak_flops(self._flops, "bf16"), self._hbm
+        return A.entry_time(family, e, shape, peak, bw, self._sms, self._attn_factor, fit_sms=self._fit_sms)
 
     def _attn_factor(self, v: dict, shape: dict):
         """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
