@@ -152,13 +152,16 @@ def _precision(r: _Reader) -> tuple[dict, str]:
                 f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}",
             )
         return _dtypes("fp8", "bf16", block), f"quantization_config: fp8, weight_block_size {blocks}"
+    if qc is not None:  # mxfp4 (gpt-oss), awq, gptq...: pricing them as 16-bit would be silently wrong
+        method = qc.get("quant_method") if isinstance(qc, dict) else qc
+        raise r.fail(
+            "quantization_config.quant_method",
+            f"{_show(method)} is not modelled; allowed: fp8 (block-scaled), or no quantization_config for "
+            "16-bit weights (write the precision block of the imported YAML by hand for other formats)",
+        )
     dtype = r.cfg.get("torch_dtype", r.cfg.get("dtype"))
     half = "fp16" if dtype == "float16" else "bf16"
-    if isinstance(qc, dict):
-        note = f"quantization_config {_show(qc.get('quant_method'))} is not modelled; {half} weights assumed"
-    else:
-        note = f"no fp8 quantization_config: {half} weights (torch_dtype {_show(dtype)})"
-    return _dtypes(half, half, 0), note
+    return _dtypes(half, half, 0), f"no quantization_config: {half} weights (torch_dtype {_show(dtype)})"
 
 
 def _dense_prefix(r: _Reader, num_layers: int, dense: list[int], keys: str) -> int:
