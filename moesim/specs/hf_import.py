@@ -228,7 +228,9 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
         out["dense_ffn"] = dict(intermediate_size=r.int("intermediate_size"))
     top_k = r.int("num_experts_per_tok")
     default_scoring = "softmax" if mt == "deepseek_v2" else "sigmoid"
-    scoring = r.choice("scoring_func", ("sigmoid", "softmax"), default_scoring)
+    # the router's score function is validated (group-limited top-k over sigmoid / softmax scores is
+    # what the traffic model describes) but not kept: no prediction depends on it
+    r.choice("scoring_func", ("sigmoid", "softmax"), default_scoring)
     topk_method = r.cfg.get("topk_method")
     n_group = r.int("n_group", default=1, null_ok=True)
     topk_group = r.int("topk_group", default=1, null_ok=True)
@@ -241,7 +243,6 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
         num_shared_experts=r.int("n_shared_experts", lo=0, default=0, null_ok=True),
         n_group=n_group,
         topk_group=topk_group,
-        scoring=scoring,
         router_bias=topk_method == "noaux_tc",
     )
     if topk_method == "noaux_tc":
@@ -257,7 +258,6 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
             num_experts=r.int("num_local_experts"),
             top_k=r.int("num_experts_per_tok"),
             expert_intermediate_size=r.int("intermediate_size"),
-            scoring="softmax",
         )
         return
     n_experts = r.int("num_experts")
@@ -276,7 +276,6 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
         num_experts=n_experts,
         top_k=r.int("num_experts_per_tok"),
         expert_intermediate_size=r.int("moe_intermediate_size"),
-        scoring="softmax",
     )
     if mt == "qwen2_moe":
         shared = r.int("shared_expert_intermediate_size", lo=0, default=0, null_ok=True)
