@@ -205,31 +205,16 @@ def pick_variant(family: str, entry: dict, shape: dict) -> dict:
     return entry["params"] if key is None else entry["variants"][key]["params"]
 
 
-def _grid_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, grid_sms, fit_sms=None):
-    """attn_time of the grid the kernel launches for `grid_sms` SMs (its split-KV heuristic) run on
-    a GPU of `sms` SMs, plus the unfused passes."""
+def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
     b = _a(shape.get("batch"))
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
-        F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, grid_sms)
+        F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
         return attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms) + pass_time(
             kv_elems, kvb + 2.0, bw, p["pass_eta"]
         )
-    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, grid_sms)
+    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
     t = attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
     return t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
-
-
-def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
-    """The variant's time on `sms` SMs, bounded by the fitted GPU's (fit_sms SMs, same per-SM rates:
-    peak x fit_sms / sms). Either GPU can run the smaller one's launch (its grid on that many SMs,
-    the rest idle; FlashMLA sizes its grid from the SM count it is given, get_mla_metadata
-    num_sm_parts), so a GPU with more SMs than the fit's is never slower than it and one with fewer
-    never faster (issue 17; the model's whole-wave memory charge alone is not monotone in SMs)."""
-    t = _grid_time(family, shape, p, kvb, peak, bw, sms, sms, fit_sms)
-    if fit_sms and sms != fit_sms:
-        t_fit = _grid_time(family, shape, p, kvb, peak * fit_sms / sms, bw, fit_sms, fit_sms, fit_sms)
-        t = np.minimum(t, t_fit) if sms > fit_sms else np.maximum(t, t_fit)
-    return t
 
 
 def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):

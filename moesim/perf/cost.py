@@ -16,6 +16,7 @@ import numpy as np
 from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import a2a_wire_s, collective_terms
+from moesim.perf.smscale import at_fitted_sms, bounded, fitted_sms
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.workload.ops import OpWork
@@ -72,9 +73,22 @@ class CostModel:
         self.cuda_graphs = cuda_graphs
         self.profile = profile if self.mode != CostMode.ROOFLINE else None
         self.notes: list[str] = []
+        self._at_fit = None  # the same pricing at the profile's fitted SM count (kernel)
 
     # ------------------------------------------------------------------ kernels
     def kernel(self, op: OpWork) -> OpCost:
+        """The kernel's OpCost; on a GPU with another SM count than the profile's fit, bounded by the
+        fitted GPU's (moesim.perf.smscale)."""
+        cost = self._kernel(op)
+        fit = fitted_sms(self.profile)
+        if fit is None or fit == self.hw.sms:
+            return cost
+        if self._at_fit is None:
+            hw_fit, prof_fit = at_fitted_sms(self.hw, self.profile)
+            self._at_fit = CostModel(hw_fit, self.model, self.mode, prof_fit, self.cuda_graphs)
+        return bounded(cost, self._at_fit._kernel(op), more=self.hw.sms > fit)
+
+    def _kernel(self, op: OpWork) -> OpCost:
         hw = self.hw
         flops = np.asarray(op.flops, float)
         nbytes = np.asarray(op.bytes_total, float)
