@@ -16,7 +16,7 @@ import yaml
 
 from moesim.errors import SpecError
 from moesim.specs.data import data_root, data_roots
-from moesim.specs.hardware import HardwareSpec
+from moesim.specs.hardware import MIN_RATE, HardwareSpec
 from moesim.specs.hf_import import default_name, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
@@ -159,7 +159,8 @@ def _carry_achievable(data: dict, overrides: Mapping[str, object]) -> dict:
             continue
         old_nom, old_eff, new_nom = data.get(nom), data.get(eff), overrides[nom]
         if all(_number(v) for v in (old_nom, old_eff, new_nom)) and old_nom > 0:
-            out[eff] = float(new_nom) * float(old_eff) / float(old_nom)
+            # at the smallest nominal the spec allows, the achievable one is that too (<= nominal)
+            out[eff] = max(float(new_nom) * float(old_eff) / float(old_nom), min(float(new_nom), MIN_RATE))
     old_sms, new_sms = data.get("sms"), overrides.get("sms")
     if "sms" in overrides and not any(k in overrides for k in _SM_PEAKS):
         if _number(old_sms) and _number(new_sms) and old_sms > 0 and new_sms > 0:
