@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moesim.api import estimate_step
+from moesim.errors import ConfigError
 from moesim.specs import load_hardware
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +41,7 @@ def test_sms_alone_scales_every_peak():
 
 
 @settings(max_examples=12, **SETTINGS)
-@given(gpu=st.sampled_from(sorted(GPUS)), cfg=st.sampled_from(CONFIGS), a=st.integers(8, 600), b=st.integers(8, 600))
+@given(gpu=st.sampled_from(sorted(GPUS)), cfg=st.sampled_from(CONFIGS), a=st.integers(21, 600), b=st.integers(21, 600))
 def test_more_sms_never_slower_roofline(gpu, cfg, a, b):
     lo, hi = sorted((a, b))
     assert _step(gpu, hi, "roofline", cfg) <= _step(gpu, lo, "roofline", cfg) * (1 + 1e-12)
@@ -81,6 +82,12 @@ def test_comm_sm_share_is_of_the_live_count():
     r1 = estimate_step("deepseek-v3", "h800", cost_mode="roofline", **cfg)
     r2 = estimate_step("deepseek-v3", "h800", set=["hardware.sms=264"], cost_mode="roofline", **cfg)
     assert float(np.ravel(r2["step_time_s"])[0]) < float(np.ravel(r1["step_time_s"])[0])
+
+
+def test_too_few_sms_for_deepep_normal_is_an_error():
+    with pytest.raises(ConfigError, match="hardware.sms: 20 SMs"):
+        _step("h800", 20, "roofline", CONFIGS[4])
+    assert np.isfinite(_step("h800", 8, "roofline", CONFIGS[0]))  # LL decode holds none
 
 
 def test_comm_kernels_sms_calibrated():
