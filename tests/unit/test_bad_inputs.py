@@ -238,8 +238,8 @@ CASES = [
     # --- --set what-ifs
     cli("set-inf", "estimate --set hardware.hbm_bw_GBps=.inf", "hbm_bw_GBps", "finite", "allowed"),
     cli("set-nan", "estimate --set hardware.hbm_bw_GBps=.nan", "hbm_bw_GBps", "finite"),
-    cli("set-neg", "estimate --set hardware.hbm_bw_GBps=-1", "hbm_bw_GBps", "allowed (0.0"),
-    cli("set-zero", "estimate --set hardware.rdma_bw_GBps=0", "rdma_bw_GBps", "allowed (0.0"),
+    cli("set-neg", "estimate --set hardware.hbm_bw_GBps=-1", "hbm_bw_GBps", "allowed [1e-12"),
+    cli("set-zero", "estimate --set hardware.rdma_bw_GBps=0", "rdma_bw_GBps", "allowed [1e-12"),
     cli("set-absurd", "estimate --set hardware.memory_GB=1e100", "memory_GB", "allowed"),
     cli("set-unknown-key", "estimate --set hardware.bogus=1", "bogus", "unknown key", "allowed keys"),
     cli("set-syntax", "estimate --set bogus", "--set", "hardware.rdma_bw_GBps=100"),
