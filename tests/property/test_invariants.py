@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 import moesim
 from moesim.api import estimate
-from moesim.errors import MoesimError
+from moesim.errors import ConfigError, MoesimError
 from moesim.grid.core import Grid
-from moesim.grid.validity import check_grid
+from moesim.grid.validity import check_grid, require_dtypes
 from moesim.specs import catalog, load_hardware, load_model
 
 MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-1-70b")
@@ -81,10 +81,24 @@ def layouts(model_name: str, phase: str) -> tuple:
     return tuple(out)
 
 
+@cache
+def runs_on(model_name: str) -> tuple:
+    """The catalog GPUs whose tensor cores run the model's dtypes (FP8 models not on A100)."""
+    ok = []
+    for h in HARDWARE:
+        try:
+            require_dtypes(_model(model_name), _hw(h))
+            ok.append(h)
+        except ConfigError:
+            pass
+    return tuple(ok)
+
+
 @st.composite
 def configs(draw, phases=("decode", "prefill"), overlaps=True, cost_modes=COST_MODES):
     model = draw(st.sampled_from(MODELS))
     hw = draw(st.sampled_from(HARDWARE))
+    assume(hw in runs_on(model))  # FP8 models do not run on A100 (an error naming GPU and dtype)
     phase = draw(st.sampled_from(phases))
     tp, dp, ep, moe_tp, red = draw(st.sampled_from(layouts(model, phase)))
     m = _model(model)
