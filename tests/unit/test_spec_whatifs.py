@@ -91,8 +91,17 @@ def test_unsupported_precision_names_gpu_and_dtype(hw, sets, dtype):
     assert re.search(rf"\b{dtype}\b.*not supported on {hw}", str(e.value)), str(e.value)
 
 
-def test_unsupported_precision_is_one_cli_line():
-    r = run_cli("estimate", "--hardware", "a100", "--ep", "8", "--dp", "8")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("estimate", "--ep", "8", "--dp", "8"),
+        ("kernel", "--op", "gemm", "--m", "128", "--n", "4096", "--k", "7168"),
+        ("sweep", "--ep", "8", "--batch", "8"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_unsupported_precision_is_one_cli_line(argv):
+    r = run_cli(*argv, "--hardware", "a100")
     assert r.returncode != 0 and "a100" in r.stderr and "fp8" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
