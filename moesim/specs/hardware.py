@@ -56,6 +56,11 @@ class HardwareSpec:
     )
     description: str = ""
     sources: dict[str, str] = None
+    # keys older hardware files carry that no prediction ever read (issue 17: honoured or removed)
+    REMOVED_KEYS = {
+        "l2_MB": "no kernel model reads the L2 size",
+        "nics_per_gpu": "rdma_bw_GBps is already the scale-out bandwidth per GPU, all its NICs together",
+    }
 
     def _validate(self, file=None, path=""):
         where = f"{file}: " if file else ""

@@ -66,6 +66,8 @@ class MoESpec:
     n_group: int = field(1, lo=1, hi=100_000, doc="expert groups for group-limited routing")
     topk_group: int = field(1, lo=1, hi=100_000)
     router_bias: bool = False
+    # keys older model files carry that no prediction ever read (issue 17: honoured or removed)
+    REMOVED_KEYS = {"scoring": "the router's score function moves no prediction: traffic follows top_k and groups"}
 
     def _validate(self, file=None, path=""):
         where = f"{file}: {path}" if file else path

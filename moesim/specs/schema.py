@@ -117,6 +117,10 @@ def build(cls, data: Any, *, file: str | None = None, path: str = ""):
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(map(str, data)) - set(fields))
+    removed = [k for k in unknown if k in getattr(cls, "REMOVED_KEYS", {})]
+    if removed:  # a key older spec files carry: say why it went rather than "unknown"
+        where = _where(file, (path + "." if path else "") + removed[0])
+        raise SpecError(f"{where}: removed from the spec ({cls.REMOVED_KEYS[removed[0]]}); delete the key")
     if unknown:
         allowed = ", ".join(sorted(fields))
         raise SpecError(

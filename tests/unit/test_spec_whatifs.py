@@ -155,3 +155,21 @@ def test_sexagesimal_is_a_clear_error(tmp_path):
     spec.write_text(re.sub(r"(?m)^sms: .*$", "sms: 2:12", text))
     with pytest.raises(SpecError, match=r"sms: expected a number"):
         load_hardware(str(spec))
+
+
+# ------------------------------------------------------------------ removed fields
+@pytest.mark.parametrize(
+    "kind, file, line, key",
+    [
+        ("hardware", "hardware/h800.yaml", "l2_MB: 50\n", "l2_MB"),
+        ("hardware", "hardware/h800.yaml", "nics_per_gpu: 1\n", "nics_per_gpu"),
+        ("model", "models/mixtral_8x7b.yaml", None, "moe.scoring"),
+    ],
+)
+def test_removed_keys_say_why(tmp_path, kind, file, line, key):
+    text = (ROOT / file).read_text()
+    text = text + line if line else text.replace("moe:\n", "moe:\n  scoring: softmax\n", 1)
+    p = tmp_path / "old.yaml"
+    p.write_text(text)
+    with pytest.raises(SpecError, match=rf"{re.escape(key)}: removed from the spec \(.+\); delete the key"):
+        (load_hardware if kind == "hardware" else load_model)(str(p))
