@@ -227,7 +227,7 @@ def _merge_study(
     }
     ax = dict(base.get("axes", {}))
     ax.update(normalize_axes(axes))
-    st["defaulted"] = default_axes_for(ax, st["phase"], st["isl"], st["osl"]) if fill else {}
+    st["defaulted"] = default_axes_for(ax, st["phase"]) if fill else {}
     st["axes"] = {**st["defaulted"], **ax}
     return st
 
@@ -241,21 +241,19 @@ def defaults_not_given(defaults: dict, given: dict) -> dict:
     return out
 
 
-def default_axes_for(given: dict, phase, isl=None, osl=None) -> dict:
+def default_axes_for(given: dict, phase) -> dict:
     """The rule for axes not given: each numeric axis you give replaces its default; every other one
-    keeps the default DeepSeek-V3 space (`DEFAULT_AXES`), so passing one axis never collapses the
-    rest. Exceptions, each because the axis is derived: ep when dp is given (tp x dp = ep x moe_tp),
-    batch in a prefill-only sweep (`DEFAULT_PREFILL_BATCH`, tokens per DP group), context in a mixed
-    sweep with isl/osl (one context: isl + osl/2), mtp/acceptance in prefill (no drafts)."""
+    keeps the default DeepSeek-V3 deployment space (`DEFAULT_AXES`), so passing one axis never
+    collapses the rest; the workload axes (context, acceptance) take one value unless given
+    (`PHASE_DEFAULTS`, `SCALAR_DEFAULTS`). Exceptions: ep when dp is given (derived: tp x dp = ep x
+    moe_tp), batch in a prefill-only sweep (`DEFAULT_PREFILL_BATCH`, tokens per DP group), mtp in
+    prefill (no drafts)."""
     phases = [Phase.parse(p, "phase") for p in (given.get("phase") or parse_values("phase", phase))]
     out = defaults_not_given(DEFAULT_AXES, given)
     if all(p == Phase.PREFILL for p in phases):
         out.pop("mtp", None)
-        out.pop("acceptance", None)
         if "batch" in out:
             out["batch"] = list(DEFAULT_PREFILL_BATCH)
-    if Phase.MIXED in phases and isl and osl:
-        out.pop("context", None)
     return out
 
 

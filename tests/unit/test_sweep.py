@@ -206,7 +206,8 @@ def test_one_axis_does_not_collapse_the_others():
         if axis != "batch":
             assert set(df[axis]) == set(values), axis
     assert len(df) == np.prod([len(v) for k, v in DEFAULT_AXES.items() if k != "batch"])
-    dp = sweep(hardware="h800", axes={"dp": [8], "tp": [1, 2], "batch": [8], "context": [4096], "mtp": [0]})
+    assert set(df["context"]) == {4096} and set(df["acceptance"]) == {0.8}  # workload: one value
+    dp = sweep(hardware="h800", axes={"dp": [8], "tp": [1, 2], "batch": [8], "mtp": [0]})
     assert sorted(dp["ep"]) == [8, 8, 16, 16]  # ep derived from tp x dp (x redundant 0, 32)
     pre = sweep(hardware="h800", phase="prefill", axes={"ep": [32], "tp": [1]})
     assert set(pre["batch"]) == set(DEFAULT_PREFILL_BATCH) and set(pre["mtp"]) == {0}
@@ -338,8 +339,8 @@ def test_cli_sweep_pareto_disagg(tmp_path):
     assert p.returncode == 0, p.stderr
     import pandas as pd
 
-    assert len(pd.read_csv(out)) == 16 * 12  # x the default context (3), mtp (2), redundant (2)
-    assert "tok/s/GPU" in p.stdout and "space: 192 configurations" in p.stdout
+    assert len(pd.read_csv(out)) == 16 * 4  # x the default mtp (2), redundant (2)
+    assert "tok/s/GPU" in p.stdout and "space: 64 configurations" in p.stdout
     png = tmp_path / "f.png"
     p = run_cli(
         "pareto",

@@ -169,7 +169,7 @@ def test_report_text_is_not_read_as_markup():
         (["estimate", "--ep", "144", "--redundant-experts", "10"], ["add --redundant-experts 32"]),
         (["estimate", "--ep", "100"], ["add --redundant-experts 44 (300 = 3 x 100)", "--ep 64"]),
         (
-            ["sweep", "--ep", "144", "--redundant-experts", "0", "--tp", "1", "--context", "4096", "--mtp", "0"],
+            ["sweep", "--ep", "144", "--redundant-experts", "0", "--tp", "1", "--mtp", "0"],
             ["none of the 13 configurations", "add --redundant-experts 32"],
         ),
     ],
