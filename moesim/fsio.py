@@ -124,11 +124,20 @@ def resolve_target(path) -> tuple[Path, int | None]:
 
 
 @contextmanager
-def path_lock(target: Path, shown):
-    """Exclusive non-blocking flock on ``.NAME.lock`` beside ``target``; removed on exit. After the
-    lock is taken the file is checked to be the one at the path (a holder that just removed it
-    would otherwise let two writers in)."""
-    lock = target.with_name(f".{target.name}.lock")
+def _signals_deferred():
+    """SIGINT and SIGTERM held back (delivered at the end) around the few steps that create or remove
+    the temporary and lock files, so an interrupt never lands between creating one and noting it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _take_lock(lock: Path, shown) -> int:
+    """fd of ``lock``, flocked; refused when another process holds it. Re-checks after locking that
+    the file is still the one at the path (a holder that just removed it would let two writers in)."""
     while True:
         fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -137,19 +146,29 @@ def path_lock(target: Path, shown):
             os.close(fd)
             raise OutputError(shown, "it is being written by another moesim process") from None
         try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                return fd
         except FileNotFoundError:
-            same = False
-        if same:
-            break
+            pass
         os.close(fd)
+
+
+@contextmanager
+def path_lock(target: Path, shown):
+    """Exclusive non-blocking flock on ``.NAME.lock`` beside ``target``, removed on exit (while still
+    held: the next writer's re-check sees the new file)."""
+    lock, fd = target.with_name(f".{target.name}.lock"), None
     try:
+        with _signals_deferred():  # an interrupt held here is raised on leaving: fd is set by then
+            fd = _take_lock(lock, shown)
         yield
     finally:
-        try:
-            lock.unlink(missing_ok=True)  # while still holding it: the next writer re-checks the inode
-        finally:
-            os.close(fd)
+        if fd is not None:
+            with _signals_deferred():
+                try:
+                    lock.unlink(missing_ok=True)
+                finally:
+                    os.close(fd)
 
 
 def _remove_stale_temporaries(target: Path) -> None:
@@ -185,18 +204,23 @@ def _write_replace(target: Path, mode: int, write: Callable[[Path], object]) -> 
     """mkstemp beside ``target``, ``write(tmp)``, fsync, os.replace; the temporary file never outlives it."""
     tmp = None
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=str(target.parent))
-        tmp = Path(name)
-        os.close(fd)
+        with _signals_deferred():
+            fd, name = tempfile.mkstemp(
+                prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=str(target.parent)
+            )
+            tmp = Path(name)
+            os.close(fd)
         os.chmod(tmp, mode)
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, target)
-        tmp = None
+        with _signals_deferred():
+            os.replace(tmp, target)
+            tmp = None
     finally:
         if tmp is not None:
-            tmp.unlink(missing_ok=True)
+            with _signals_deferred():
+                tmp.unlink(missing_ok=True)
 
 
 def atomic_write_via(path, write: Callable[[Path], object], *, make_parent: bool = False) -> Path:
