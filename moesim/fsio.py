@@ -125,14 +125,34 @@ def resolve_target(path) -> tuple[Path, int | None]:
 
 @contextmanager
 def _signals_deferred():
-    """SIGINT and SIGTERM held back (delivered at the end) around the few steps that create or remove
-    the temporary and lock files, so an interrupt never lands between creating one and noting it."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """SIGINT and SIGTERM held back around the few steps that create, replace or remove the temporary
+    and lock files, then delivered (so an interrupt never lands between creating a file and noting
+    it). Python-level: a sigmask would not do, as the signal may go to another thread (pyarrow's,
+    BLAS's) and Python runs its handler in the main thread at the next bytecode anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread only: nothing can interrupt this one
+        return
+    got: list[int] = []
+    old: dict = {}
     try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _restore(list(old.items()))
+        for sig in dict.fromkeys(got):
+            if old.get(sig) != signal.SIG_IGN:
+                signal.raise_signal(sig)  # the restored handler runs now (KeyboardInterrupt, _Terminated)
+
+
+def _restore(handlers: list) -> None:
+    """Put each (signal, handler) back, every one even if a signal lands while doing it."""
+    if handlers:
+        (sig, handler), rest = handlers[0], handlers[1:]
+        try:
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        finally:
+            _restore(rest)
 
 
 def _take_lock(lock: Path, shown) -> int:

@@ -186,12 +186,22 @@ atomic_write_via(sys.argv[1], slow)
 """
 
 
-def test_sigterm_during_a_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_a_signal_during_a_write_keeps_the_old_file(tmp_path, sig):
+    """SIGTERM / SIGINT: the old file and nothing else; the process still ends by that signal.
+    SIGKILL cannot be caught: the old file stays, the temporary is removed by the next write."""
     p = tmp_path / "t.csv"
     p.write_text("old\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD, str(p)], stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_CHILD, str(p)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
     assert child.stdout.readline().strip() == b"writing"
-    child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=20) == -signal.SIGTERM  # still ends as SIGTERM ends a process
-    assert p.read_text() == "old\n" and _names(tmp_path) == ["t.csv"]
+    child.send_signal(sig)
+    assert child.wait(timeout=20) == -sig
+    assert p.read_text() == "old\n"
+    if sig != signal.SIGKILL:
+        assert _names(tmp_path) == ["t.csv"]
+    else:
+        atomic_write_bytes(p, b"new\n")
+        assert p.read_text() == "new\n" and _names(tmp_path) == ["t.csv"]
