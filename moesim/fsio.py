@@ -40,7 +40,7 @@ REASONS = {
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
     errno.EROFS: "read-only file system",
-    errno.ENOSPC: "no space left on device (disk full)",
+    errno.ENOSPC: "disk full (no space left on device)",
     errno.EDQUOT: "disk quota exceeded",
     errno.EFBIG: "file too large",
     errno.ENAMETOOLONG: "file name too long",

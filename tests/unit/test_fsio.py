@@ -142,7 +142,7 @@ def test_a_lock_held_by_another_process_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("err", "want"),
     [
-        (errno.ENOSPC, "no space left on device"),
+        (errno.ENOSPC, "disk full"),
         (errno.EROFS, "read-only file system"),
         (errno.EACCES, "permission denied"),
     ],
