@@ -135,6 +135,7 @@ def test_a_lock_held_by_another_process_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
     atomic_write_bytes(p, b"y")  # the holder is gone: the flock went with it
     assert p.read_bytes() == b"y" and _names(tmp_path) == ["s.csv"]
 
@@ -199,6 +200,7 @@ def test_a_signal_during_a_write_keeps_the_old_file(tmp_path, sig):
     assert child.stdout.readline().strip() == b"writing"
     child.send_signal(sig)
     assert child.wait(timeout=20) == -sig
+    child.stdout.close()
     assert p.read_text() == "old\n"
     if sig != signal.SIGKILL:
         assert _names(tmp_path) == ["t.csv"]

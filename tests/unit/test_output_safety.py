@@ -98,7 +98,8 @@ def test_disk_full_during_sweep_out_keeps_the_old_file(tmp_path, monkeypatch):
     from moesim.report import writer
 
     def full(df, path):
-        open(path, "w").write("half a table")
+        with open(path, "w") as f:
+            f.write("half a table")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(writer, "write_csv", full)
@@ -126,6 +127,7 @@ def test_a_second_moesim_writing_the_same_path_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
     assert str(out) in line and "being written by another moesim process" in line and not out.exists()
 
 
