@@ -218,7 +218,8 @@ def plan(
     engine="sglang",
 ) -> PlanResult:
     """Nodes, cost and economics for a traffic window (see the module doc for the method); `engine`
-    picks the calibration profile (sglang, trtllm, vllm)."""
+    picks the calibration profile (sglang, trtllm, vllm). A traffic with an `aggregated:` pool is
+    planned as one aggregated pool (`moesim.analyses.plan_agg.AggregatedPlan`)."""
     t = _as_traffic(traffic)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, h = specs_of(model, hardware, set)
@@ -226,6 +227,10 @@ def plan(
     pricing = profile_info(load_profile_for(h, cost_mode, profile, engine=engine)[0], engine)
     run = dict(cost_mode=cost_mode, engine=pricing["engine"], expert_skew=expert_skew, context_dist=context_dist,
                profile=profile, notes=notes)  # fmt: skip
+    if t.aggregated is not None:  # ONE aggregated pool: the aggregated-serving model (plan_agg)
+        from moesim.analyses.plan_agg import plan_aggregated  # plan_agg imports this module
+
+        return plan_aggregated(t, m, h, cost_mode, None, run, pricing)
     dec = decode_capacity(
         m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )

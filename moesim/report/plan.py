@@ -106,7 +106,9 @@ def _capacity_lines(r) -> list[str]:
 
 def _money_lines(r) -> list[str]:
     e, lines = r.economics, []
-    if e.get("usd_per_million_output_tokens") is not None:
+    if e.get("usd_per_million_output_tokens") is not None and not e.get("usd_per_million_by_pool"):
+        lines.append(f"$/M tokens   output ${e['usd_per_million_output_tokens']:.3f} (whole cost on output; one pool)")
+    elif e.get("usd_per_million_output_tokens") is not None:
         lines.append(
             f"$/M tokens   output ${e['usd_per_million_output_tokens']:.3f} (whole cost on output); by pool: "
             + ", ".join(
@@ -141,6 +143,10 @@ def _tail_lines(r) -> list[str]:
 
 
 def print_plan(r) -> None:
+    if getattr(r, "aggregated", None) is not None:  # one aggregated pool (moesim.analyses.plan_agg)
+        from moesim.report.plan_agg import print_aggregated_plan  # plan_agg imports this module
+
+        return print_aggregated_plan(r)
 
     c = Console(emoji=False)
     c.print("\n".join(_traffic_lines(r) + _decode_lines(r) + _prefill_lines(r)), highlight=False)
