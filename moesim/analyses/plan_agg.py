@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.analyses.capacity import PoolRun, specs_of
-from moesim.analyses.plan import _intish, _nic_warnings, units_for
+from moesim.analyses.plan_units import intish, nic_warnings, units_for
 from moesim.engine.serving import evaluate_mixed
 from moesim.enums import Overlap
 from moesim.errors import ConfigError
@@ -183,7 +183,7 @@ def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dic
     totals = {
         "average_nodes": node_hours / t.hours,
         "average_nodes_fractional": float(hourly["aggregated_nodes_fractional"].mean()),
-        "peak_nodes": _intish(peak), "aggregated_nodes_per_unit": agg.nodes_per_unit, "hours": t.hours,
+        "peak_nodes": intish(peak), "aggregated_nodes_per_unit": agg.nodes_per_unit, "hours": t.hours,
         "node_hours": node_hours, "gpu_hours": node_hours * gpn, "offpeak_node_hours_freed": peak * t.hours - node_hours,
         "offpeak_gpu_hours_freed": (peak * t.hours - node_hours) * gpn, "cache_hit_share": hit_share,
         "peak_nic_utilisation": float(hourly["nic_utilisation"].max()),
@@ -193,7 +193,7 @@ def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dic
     notes.append("one aggregated pool: prefill and decode share the GPUs (the engine's scheduler, closed loop at the "
                  "planned concurrency); cache hits skip prefill compute; no prefill->decode KV transfer")  # fmt: skip
     return AggregatedPlan(t, m.name, h.name, cost_mode, gpn, float(price), kvb, agg, hourly, totals, econ,
-                          _nic_warnings(hourly["nic_utilisation"], t.hours, h), list(dict.fromkeys(notes)),
+                          nic_warnings(hourly["nic_utilisation"], t.hours, h), list(dict.fromkeys(notes)),
                           pricing)  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from moesim.report.plan import _money_lines, _traffic_lines, fmt_tokens
+from moesim.report.plan_lines import fmt_tokens, money_lines, traffic_lines
 
 LIMIT = {"slo": "the tokens/s-per-user SLO", "ttft": "the TTFT SLO", "memory": "memory or a stable queue",
          "sweep": "the sweep limit (aggregated.max_batch)"}  # fmt: skip
@@ -42,7 +42,7 @@ def _hourly_table(r):
 def print_aggregated_plan(r) -> None:
     tot, e = r.totals, r.economics
     c = Console(emoji=False)
-    c.print("\n".join(_traffic_lines(r) + _pool_lines(r)), highlight=False)
+    c.print("\n".join(traffic_lines(r) + _pool_lines(r)), highlight=False)
     c.print(_hourly_table(r))
     lines = [
         f"[bold]nodes[/bold]        average {tot['average_nodes']:.2f} (unrounded need "
@@ -51,5 +51,5 @@ def print_aggregated_plan(r) -> None:
         f"{tot['offpeak_gpu_hours_freed']:,.0f} GPU-hours",
         f"[bold]cost[/bold]         ${e['cost_usd_per_day']:,.0f} per day at ${r.usd_per_gpu_hour:g}/GPU-hour",
     ]
-    lines += _money_lines(r) + [f"[yellow]warning:[/yellow] {w}" for w in r.warnings] + [f"note: {n}" for n in r.notes]
+    lines += money_lines(r) + [f"[yellow]warning:[/yellow] {w}" for w in r.warnings] + [f"note: {n}" for n in r.notes]
     c.print("\n".join(lines), highlight=False)
