@@ -9,7 +9,7 @@ from moesim.errors import ConfigError
 from moesim.specs.traffic import traffic_from_dict
 
 BASE = dict(input_tokens_per_s=100_000, output_tokens_per_s=25_000, prompt_length=2000, output_length=500,
-            slo={"min_tokens_per_s_per_user": 20}, aggregated={"tp": 8, "ep": 8, "dp": 1, "mtp": 0, "max_batch": 64})  # fmt: skip
+            slo={"min_tokens_per_s_per_user": 20}, aggregated={"tp": 8, "ep": 8, "dp": 1, "mtp": 0, "max_batch": 40})  # fmt: skip
 
 
 def _plan(**over):
@@ -56,3 +56,23 @@ def test_cache_hits_shorten_the_computed_prompt_and_yaml_checks():
     assert traffic_from_dict(BASE).aggregated.overlap == "auto"  # five-stage is decode-only
     with pytest.raises(ConfigError, match="aggregated.bogus"):
         traffic_from_dict({**BASE, "aggregated": {"tp": 8, "ep": 8, "bogus": 1}})
+
+
+def test_cli_plan_with_an_aggregated_pool(tmp_path):
+    """`moesim plan --traffic` with an aggregated: section prints the one pool and its JSON."""
+    import json
+
+    import yaml
+
+    from tests.conftest import run_cli
+
+    f = tmp_path / "agg.yaml"
+    f.write_text(yaml.safe_dump({**BASE, "aggregated": {**BASE["aggregated"], "max_batch": 16}}))
+    text = run_cli("plan", "--traffic", f, "--hardware", "h200")
+    assert text.returncode == 0, text.stderr
+    assert "aggregated" in text.stdout and "p90" in text.stdout and "decode  " not in text.stdout
+    js = run_cli("plan", "--traffic", f, "--hardware", "h200", "--json")
+    d = json.loads(js.stdout)
+    assert d["aggregated"]["batch"] <= 16 and d["peak_nodes"] >= 1
+    bad = run_cli("plan", "--traffic", f, "--hardware", "h200", "--plot", tmp_path / "p.png")
+    assert bad.returncode != 0 and "--plot" in bad.stdout + bad.stderr
