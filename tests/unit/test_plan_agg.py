@@ -30,6 +30,8 @@ def test_aggregated_pool_is_priced_by_the_serving_model():
         need
     )
     assert a.tokens_per_s_per_user >= 20 and a.scheduler == "prefill-priority-chunked"
+    # Little's law at the planned point: requests/s x (TTFT + OSL x TPOT) = concurrency (DP 1)
+    assert a.requests_per_s_per_unit * (a.ttft_s + a.osl * a.tpot_s) == pytest.approx(a.batch, rel=1e-6)
     d = r.to_dict()
     assert (
         d["aggregated"]["batch"] == a.batch and "prefill" not in d and d["hourly"][0]["nodes"] == r.totals["peak_nodes"]
