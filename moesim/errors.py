@@ -27,7 +27,7 @@ def key_text(k) -> str:
         if t.isprintable() and len(t) <= 80:
             return t
         t = repr(k)
-    except ValueError:  # an int beyond the 4300-digit str limit
+    except (ValueError, RecursionError):  # an int beyond the 4300-digit str limit; a deeply nested list
         return f"<{type(k).__name__} too large to print>"
     return t if len(t) <= 80 else t[:77] + "..."
 
@@ -76,8 +76,8 @@ def check_number(
             raise error(f"{where}{name}: {v!r} is not a number; allowed {rng}") from None
     try:
         x = float(v)
-    except (TypeError, ValueError, OverflowError):
-        raise error(f"{where}{name}: {v!r} is not a number; allowed {rng}") from None
+    except (TypeError, ValueError, OverflowError):  # key_text: a nested YAML list would overflow repr's recursion
+        raise error(f"{where}{name}: {key_text(v)} is not a number; allowed {rng}") from None
     if not math.isfinite(x):
         raise error(f"{where}{name}: must be finite; allowed {rng}")
     if integer and x != round(x):

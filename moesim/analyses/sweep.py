@@ -126,6 +126,7 @@ def sweep(
     require_valid=False,
     chunk_tokens=None,
     request_rate=None,
+    fill_defaults=True,
 ):
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
@@ -149,7 +150,9 @@ def sweep(
     import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
 
     base = load_study(study) if study is not None else {}
-    st = _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes)
+    st = _merge_study(
+        base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes, fill_defaults
+    )
     st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
     flt = resolve_filters(
         base.get("filters", {}),
@@ -169,8 +172,6 @@ def sweep(
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
         check_inputs(st["isl"], st["osl"], chunk_tokens, request_rate)
-    if st["defaulted"] and all(p == Phase.PREFILL for p in phases):
-        ax["batch"] = list(DEFAULT_PREFILL_BATCH)
 
     specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     for m_, _ in specs[:1]:
@@ -199,10 +200,14 @@ def sweep(
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    return _finish(df, flt, keep_invalid, require_valid, notes, specs[0][0])
+    df = _finish(df, flt, keep_invalid, require_valid, notes, specs[0][0])
+    df.attrs["defaulted_axes"] = list(st["defaulted"])  # axes not given, taken from the default space
+    return df
 
 
-def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes) -> dict:
+def _merge_study(
+    base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes, fill
+) -> dict:
     """The study's settings, explicit arguments (not None) winning; the numeric axes default to
     `DEFAULT_AXES` when none is given (``defaulted``)."""
 
@@ -222,11 +227,34 @@ def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_d
     }
     ax = dict(base.get("axes", {}))
     ax.update(normalize_axes(axes))
-    st["defaulted"] = not (set(ax) & set(NUMERIC_AXES))
-    if st["defaulted"]:  # no numeric axis at all: the default DeepSeek-V3 space
-        ax = {**normalize_axes(DEFAULT_AXES), **ax}
-    st["axes"] = ax
+    st["defaulted"] = default_axes_for(ax, st["phase"]) if fill else {}
+    st["axes"] = {**st["defaulted"], **ax}
     return st
+
+
+def defaults_not_given(defaults: dict, given: dict) -> dict:
+    """The default axes the user did not give (ep left out when dp is given: it is derived)."""
+    given = normalize_axes(given or {})
+    out = {k: v for k, v in normalize_axes(defaults).items() if k not in given}
+    if "dp" in given:
+        out.pop("ep", None)
+    return out
+
+
+def default_axes_for(given: dict, phase) -> dict:
+    """The rule for axes not given: each numeric axis you give replaces its default; every other one
+    keeps the default DeepSeek-V3 deployment space (`DEFAULT_AXES`), so passing one axis never
+    collapses the rest; the workload axes (context, acceptance) take one value unless given
+    (`PHASE_DEFAULTS`, `SCALAR_DEFAULTS`). Exceptions: ep when dp is given (derived: tp x dp = ep x
+    moe_tp), batch in a prefill-only sweep (`DEFAULT_PREFILL_BATCH`, tokens per DP group), mtp in
+    prefill (no drafts)."""
+    phases = [Phase.parse(p, "phase") for p in (given.get("phase") or parse_values("phase", phase))]
+    out = defaults_not_given(DEFAULT_AXES, given)
+    if all(p == Phase.PREFILL for p in phases):
+        out.pop("mtp", None)
+        if "batch" in out:
+            out["batch"] = list(DEFAULT_PREFILL_BATCH)
+    return out
 
 
 def _categoricals(ax: dict, hardware, phase):
@@ -293,4 +321,14 @@ def _apply_filters(df, flt, keep_invalid=True):
     return df.loc[keep].reset_index(drop=True)
 
 
-__all__ = ["sweep", "load_study", "parse_values", "normalize_axes", "build_grid", "tune_malloc", "DEFAULT_AXES"]
+__all__ = [
+    "sweep",
+    "defaults_not_given",
+    "default_axes_for",
+    "load_study",
+    "parse_values",
+    "normalize_axes",
+    "build_grid",
+    "tune_malloc",
+    "DEFAULT_AXES",
+]

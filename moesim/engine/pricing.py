@@ -13,6 +13,7 @@ from moesim.engine.evaluate import evaluate
 from moesim.enums import DEFAULT_ENGINE, CostMode, Engine, Phase
 from moesim.errors import CalibrationError
 from moesim.grid.core import Grid, distinct_rows, replace
+from moesim.grid.validity import require_dtypes
 from moesim.metrics.step import metrics
 from moesim.perf.profile import load_profile
 from moesim.perf.profile.reader import profile_path_for
@@ -123,6 +124,7 @@ def evaluate_grid(
     chunk: (prefill tokens per DP group, prompt length[, mean prefill tokens through the experts])
     fused into each decode pass (`moesim.workload.build`)."""
     cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    require_dtypes(model, hw)
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
     imb, imb_notes = _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value, chunk)
     run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.enums import Phase
+from moesim.enums import Dtype, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import MAX_GPUS
@@ -119,3 +119,22 @@ def require_valid(model, hw, grid, phase):
         ep = np.broadcast_to(grid.ep, (grid.size,))[i]
         redundant = np.broadcast_to(grid.redundant, (grid.size,))[i]
         raise ConfigError(text + fix_hint(model, text, ep, redundant))
+
+
+# the precision fields that pick a tensor-core rate (the GEMM and attention math); storage-only
+# dtypes (KV cache, embedding, dispatch payload) can be up-cast on any GPU
+_COMPUTE_DTYPES = ("weight_dtype", "activation_dtype", "attention_dtype")
+
+
+def require_dtypes(model: ModelSpec, hw: HardwareSpec) -> None:
+    """The model's compute dtypes must run on the GPU: FP4 needs an FP4 peak (fp4_tflops > 0: Blackwell
+    tensor cores), FP8 needs FP8 tensor cores (compute capability >= 8.9, HardwareSpec.has_fp8)."""
+    allowed = ["bf16", "fp16", "fp32"] + ["fp8"] * hw.has_fp8 + ["fp4"] * (hw.fp4_tflops > 0)
+    for key in _COMPUTE_DTYPES:
+        d = Dtype(getattr(model.precision, key))
+        if (d == Dtype.FP4 and hw.fp4_tflops <= 0) or (d == Dtype.FP8 and not hw.has_fp8):
+            why = "fp4_tflops is 0" if d == Dtype.FP4 else f"no FP8 tensor cores (sm_version {hw.sm_version})"
+            raise ConfigError(
+                f"precision.{key}: {d.value} is not supported on {hw.name} ({why}) for model {model.name}; "
+                f"allowed on {hw.name}: {', '.join(allowed)}"
+            )

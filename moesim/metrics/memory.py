@@ -80,9 +80,11 @@ def attention_weight_params_per_gpu(model: ModelSpec, tp):
         )
         return replicated + (model.attention_params() - replicated) / tp
     hd, kvh = model.head_dim, model.kv_heads
+    kv_per_gpu = np.maximum(kvh / tp, 1.0)  # KV heads replicate once TP exceeds them
     q_o = 2.0 * d * a.num_heads * hd / tp
-    kv = 2.0 * d * hd * np.maximum(kvh / tp, 1.0)
-    return q_o + kv
+    kv = 2.0 * d * hd * kv_per_gpu
+    bias = (a.num_heads / tp + 2.0 * kv_per_gpu) * hd if a.qkv_bias else 0.0  # as ModelSpec.attention_params
+    return q_o + kv + bias
 
 
 def _weights(model: ModelSpec, grid: Grid):

@@ -136,13 +136,16 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
     return F, kv + q_in + out + combine, ctas, kv / kv_bytes, combine
 
 
-def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0):
+def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None):
     """T of the mla_v2 model (module docstring), seconds, for the params p (schema PARAMS[mla_v2]);
     split: split-KV partial bytes (> 0: a combine kernel runs). q combines the compute and memory terms
     (efficiency.smax): inf = max (one fused kernel), 1 = sum (a memory-bound pass serial with the
     attention kernel, e.g. SGLang's MLA prefill). floor_us: a minimum call time the work hides
     (host-side launch of the call's kernels overlapping the GPU work). req_us: a fixed cost per
-    request of the batch (paged-KV block tables and sequence metadata; TRT-LLM's generation MHA)."""
+    request of the batch (paged-KV block tables and sequence metadata; TRT-LLM's generation MHA).
+    fit_sms: the SM count the params were fitted at (None: sms). `sat` is a per-SM load rate (HBM
+    saturates at sat x fit_sms CTAs, each CTA's loads at most bw / (sat fit_sms)), so a GPU with
+    more SMs does not need more CTAs to saturate the same HBM (issue 17: more SMs never slower)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
     # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
@@ -150,7 +153,8 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0):
     # CTAs already (below that, speed linear in CTAs). A per-SM math cap at the SM's own dense peak
     # (fill max(1, eta_c SMs / CTAs)) was tried: 1-5 points better p90 in decode, 3-6 worse in prefill.
     c_fill = waves * float(sms) / ctas
-    m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, p.get("sat", 1.0) * float(sms) / ctas))
+    sat_ctas = p.get("sat", 1.0) * float(fit_sms or sms)
+    m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, sat_ctas / ctas))
     q = p.get("q")
     main = smax(
         c_fill * np.asarray(F, float) / (peak * p["eta_c"]),
@@ -201,21 +205,24 @@ def pick_variant(family: str, entry: dict, shape: dict) -> dict:
     return entry["params"] if key is None else entry["variants"][key]["params"]
 
 
-def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms):
+def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
     b = _a(shape.get("batch"))
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
-        return attn_time(F, B, ctas, split, peak, bw, sms, p, b) + pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
+        return attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms) + pass_time(
+            kv_elems, kvb + 2.0, bw, p["pass_eta"]
+        )
     F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
-    t = attn_time(F, B, ctas, split, peak, bw, sms, p, b)
+    t = attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
     return t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
 
 
-def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None):
+def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):
     """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
     side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak. An XQA variant
     with a `<key>.mmha` sibling (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it.
-    factor(variant, shape): the variant's measured residual R (the reader's; none: 1)."""
+    factor(variant, shape): the variant's measured residual R (the reader's; none: 1). fit_sms:
+    the SM count the entry was fitted at (attn_time)."""
     factor = factor or (lambda v, sh: 1.0)
     key = pick_key(family, entry, shape)
     variants = entry.get("variants") or {}
@@ -227,13 +234,13 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None
     # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
     t_roof = np.maximum(F / peak, (B - split) / bw)
     kernel = v.get("kernel")
-    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms) * factor(v, shape)
+    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms, fit_sms) * factor(v, shape)
     mm = variants.get(f"{key}.{MMHA}") if kernel == XQA else None
     if mm is not None:
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            t_mm = _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms) * factor(
+            t_mm = _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms, fit_sms) * factor(
                 mm, shape
             )
             t = np.where(sel, t_mm, t)

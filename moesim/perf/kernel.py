@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.enums import CostMode, Stream
+from moesim.grid.validity import require_dtypes
 from moesim.perf.cost import CostModel
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
@@ -13,7 +14,9 @@ from moesim.workload.ops import OpWork
 
 def price_kernel(work: OpWork, model: ModelSpec, hw: HardwareSpec, cost_mode: CostMode, profile) -> dict:
     """-> {time_s, flops, bytes, bound, efficiency, roofline_time_s, provenance} of a one-element
-    OpWork; efficiency = roofline time / predicted time (1 where the predicted time is 0)."""
+    OpWork; efficiency = roofline time / predicted time (1 where the predicted time is 0). The
+    model's compute dtypes must run on the GPU (require_dtypes), as in every other command."""
+    require_dtypes(model, hw)
     cost = CostModel(hw, model, cost_mode, profile).cost(work)
     roof = CostModel(hw, model, CostMode.ROOFLINE, None).cost(work)
     t = float(np.ravel(cost.time_s)[0])

@@ -106,7 +106,7 @@ def _mixed_lines(cfg, f) -> list[str]:
     n = U.fmt_num
     return [
         f"TTFT             {U.fmt_time(f('ttft_s'))}   (wait {U.fmt_time(f('ttft_queue_s'))} + own prefill passes "
-        f"{U.fmt_time(f('ttft_prefill_s'))})",
+        f"{U.fmt_time(f('ttft_prefill_s'))}; p90 {U.fmt_time(f('ttft_p90_s'))})",
         f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {n(f('request_rate_per_s'), ',.3g')} "
         f"requests/s, {n(f('concurrency'), ',.3g')} concurrent/DP group, decode batch {n(f('decode_batch'), ',.3g')}, "
         f"prefill {n(f('prefill_share') * 100, '.1f')}% of the time (any DP rank: "

@@ -10,6 +10,11 @@ from moesim.enums import Dtype
 from moesim.errors import SpecError
 from moesim.specs.schema import field
 
+# The smallest non-zero rate a spec may give (TFLOP/s or GB/s: 1 FLOP/s, 1 mB/s): any smaller keeps
+# every time finite only by luck (1e-300 GB/s overflows to inf and NaN downstream); a rate that
+# must exist (a peak, HBM, the NIC) is at least this, an optional one (NVLink, FP4, FP32) 0 or this.
+MIN_RATE = 1e-12
+_OPTIONAL_RATES = ("nvlink_bw_GBps", "nvlink_eff_bw_GBps", "fp4_tflops", "fp32_tflops")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
@@ -22,24 +27,24 @@ def _si(key: str, unit: float) -> property:
 class HardwareSpec:
     name: str
     source: str
-    sms: int = field(lo=1, hi=100_000)
-    fp8_tflops: float = field(lo=0.0, hi=1e6, lo_open=True, doc="dense FP8 tensor peak")
-    bf16_tflops: float = field(lo=0.0, hi=1e6, lo_open=True, doc="dense BF16 tensor peak")
+    sms: int = field(lo=1, hi=100_000, doc="streaming multiprocessors; a --set of sms alone scales the tensor peaks")
+    fp8_tflops: float = field(lo=MIN_RATE, hi=1e6, doc="dense FP8 tensor peak")
+    bf16_tflops: float = field(lo=MIN_RATE, hi=1e6, doc="dense BF16 tensor peak")
     memory_GB: float = field(lo=0.0, hi=1e5, lo_open=True, doc="HBM capacity, 1e9 B")
-    hbm_bw_GBps: float = field(lo=0.0, hi=1e6, lo_open=True)
+    hbm_bw_GBps: float = field(lo=MIN_RATE, hi=1e6)
     gpus_per_node: int = field(lo=1, hi=100_000)
-    nvlink_bw_GBps: float = field(lo=0.0, hi=1e6, doc="NVLink per direction, nominal; 0 = none")
-    nvlink_eff_bw_GBps: float = field(lo=0.0, hi=1e6, doc="NVLink per direction, achievable")
+    nvlink_bw_GBps: float = field(
+        lo=0.0, hi=1e6, doc="NVLink per direction, nominal; 0 = none (all traffic over the NIC)"
+    )
+    nvlink_eff_bw_GBps: float = field(lo=0.0, hi=1e6, doc="NVLink per direction, achievable; 0 only without NVLink")
     nvlink_latency_us: float = field(lo=0.0, hi=1e4)
-    rdma_bw_GBps: float = field(lo=0.0, hi=1e5, lo_open=True, doc="scale-out bandwidth per GPU, nominal")
-    rdma_eff_bw_GBps: float = field(lo=0.0, hi=1e5, lo_open=True, doc="scale-out per GPU, achievable")
+    rdma_bw_GBps: float = field(lo=MIN_RATE, hi=1e5, doc="scale-out bandwidth per GPU (all its NICs), nominal")
+    rdma_eff_bw_GBps: float = field(lo=MIN_RATE, hi=1e5, doc="scale-out per GPU, achievable")
     rdma_latency_us: float = field(lo=0.0, hi=1e4)
     usd_per_gpu_hour: float = field(lo=0.0, hi=1e4)
-    fp4_tflops: float = field(0.0, lo=0.0, hi=1e7, doc="dense FP4 peak; 0 = unsupported")
-    fp32_tflops: float = field(0.0, lo=0.0, hi=1e6)
-    l2_MB: float = field(50.0, lo=0.0, hi=1e5)
+    fp4_tflops: float = field(0.0, lo=0.0, hi=1e7, doc="dense FP4 peak; 0 = unsupported (FP4 weights rejected)")
+    fp32_tflops: float = field(0.0, lo=0.0, hi=1e6, doc="FP32 peak; 0 = half the BF16 peak")
     nvlink_domain_gpus: int = field(0, lo=0, hi=1_000_000, doc="GPUs sharing one NVLink domain; 0 = gpus_per_node")
-    nics_per_gpu: float = field(1.0, lo=0.0, hi=64, lo_open=True)
     kernel_launch_us: float = field(2.0, lo=0.0, hi=1e4, doc="per-kernel launch/tail overhead under CUDA graphs")
     kernel_launch_eager_us: float = field(
         5.0, lo=0.0, hi=1e4, doc="per-kernel overhead without CUDA graphs (host launch latency)"
@@ -51,6 +56,11 @@ class HardwareSpec:
     )
     description: str = ""
     sources: dict[str, str] = None
+    # keys older hardware files carry that no prediction ever read (issue 17: honoured or removed)
+    REMOVED_KEYS = {
+        "l2_MB": "no kernel model reads the L2 size",
+        "nics_per_gpu": "rdma_bw_GBps is already the scale-out bandwidth per GPU, all its NICs together",
+    }
 
     def _validate(self, file=None, path=""):
         where = f"{file}: " if file else ""
@@ -58,6 +68,16 @@ class HardwareSpec:
             raise SpecError(
                 f"{where}name: {self.name[:40]!r}; allowed 1-64 letters, digits, '.', '_', '+', '-' "
                 f"(starting with a letter or digit)"
+            )
+        for key in _OPTIONAL_RATES:
+            if 0.0 < getattr(self, key) < MIN_RATE:
+                raise SpecError(
+                    f"{where}{key}: {getattr(self, key)!r} out of range, allowed 0 (none) or [{MIN_RATE}, ...]"
+                )
+        if (self.nvlink_bw_GBps > 0) != (self.nvlink_eff_bw_GBps > 0):
+            raise SpecError(
+                f"{where}nvlink_eff_bw_GBps: {self.nvlink_eff_bw_GBps} with nvlink_bw_GBps={self.nvlink_bw_GBps}; "
+                "allowed: both 0 (no NVLink) or both > 0"
             )
         if self.nvlink_eff_bw_GBps > self.nvlink_bw_GBps:
             raise SpecError(
@@ -119,7 +139,10 @@ class HardwareSpec:
 
     @property
     def domain_gpus(self) -> int:
-        """GPUs reachable over NVLink (the 'node' for EP traffic splitting)."""
+        """GPUs reachable over NVLink (the 'node' for EP traffic splitting); without NVLink
+        (nvlink_bw_GBps 0) every GPU is its own domain: all its traffic goes over the NIC."""
+        if self.nvlink_bw_GBps <= 0:
+            return 1
         return self.nvlink_domain_gpus or self.gpus_per_node
 
     def nvlink_Bps(self, achievable: bool) -> float:

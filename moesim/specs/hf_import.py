@@ -152,13 +152,16 @@ def _precision(r: _Reader) -> tuple[dict, str]:
                 f"expected two equal positive integers such as [128, 128] or null, got {_show(blocks)}",
             )
         return _dtypes("fp8", "bf16", block), f"quantization_config: fp8, weight_block_size {blocks}"
+    if qc is not None:  # mxfp4 (gpt-oss), awq, gptq...: pricing them as 16-bit would be silently wrong
+        method = qc.get("quant_method") if isinstance(qc, dict) else qc
+        raise r.fail(
+            "quantization_config.quant_method",
+            f"{_show(method)} is not modelled; allowed: fp8 (block-scaled), or no quantization_config for "
+            "16-bit weights (write the precision block of the imported YAML by hand for other formats)",
+        )
     dtype = r.cfg.get("torch_dtype", r.cfg.get("dtype"))
     half = "fp16" if dtype == "float16" else "bf16"
-    if isinstance(qc, dict):
-        note = f"quantization_config {_show(qc.get('quant_method'))} is not modelled; {half} weights assumed"
-    else:
-        note = f"no fp8 quantization_config: {half} weights (torch_dtype {_show(dtype)})"
-    return _dtypes(half, half, 0), note
+    return _dtypes(half, half, 0), f"no quantization_config: {half} weights (torch_dtype {_show(dtype)})"
 
 
 def _dense_prefix(r: _Reader, num_layers: int, dense: list[int], keys: str) -> int:
@@ -225,7 +228,9 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
         out["dense_ffn"] = dict(intermediate_size=r.int("intermediate_size"))
     top_k = r.int("num_experts_per_tok")
     default_scoring = "softmax" if mt == "deepseek_v2" else "sigmoid"
-    scoring = r.choice("scoring_func", ("sigmoid", "softmax"), default_scoring)
+    # the router's score function is validated (group-limited top-k over sigmoid / softmax scores is
+    # what the traffic model describes) but not kept: no prediction depends on it
+    r.choice("scoring_func", ("sigmoid", "softmax"), default_scoring)
     topk_method = r.cfg.get("topk_method")
     n_group = r.int("n_group", default=1, null_ok=True)
     topk_group = r.int("topk_group", default=1, null_ok=True)
@@ -238,7 +243,6 @@ def _mla(r: _Reader, out: dict, notes: dict) -> None:
         num_shared_experts=r.int("n_shared_experts", lo=0, default=0, null_ok=True),
         n_group=n_group,
         topk_group=topk_group,
-        scoring=scoring,
         router_bias=topk_method == "noaux_tc",
     )
     if topk_method == "noaux_tc":
@@ -254,7 +258,6 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
             num_experts=r.int("num_local_experts"),
             top_k=r.int("num_experts_per_tok"),
             expert_intermediate_size=r.int("intermediate_size"),
-            scoring="softmax",
         )
         return
     n_experts = r.int("num_experts")
@@ -273,7 +276,6 @@ def _gqa_moe(r: _Reader, out: dict, notes: dict) -> None:
         num_experts=n_experts,
         top_k=r.int("num_experts_per_tok"),
         expert_intermediate_size=r.int("moe_intermediate_size"),
-        scoring="softmax",
     )
     if mt == "qwen2_moe":
         shared = r.int("shared_expert_intermediate_size", lo=0, default=0, null_ok=True)

@@ -16,10 +16,11 @@ import yaml
 
 from moesim.errors import SpecError
 from moesim.specs.data import data_root, data_roots
-from moesim.specs.hardware import HardwareSpec
+from moesim.specs.hardware import MIN_RATE, HardwareSpec
 from moesim.specs.hf_import import default_name, mapping_from_hf_config
 from moesim.specs.model import ModelSpec
 from moesim.specs.schema import build
+from moesim.specs.yamlio import load_yaml
 
 
 def catalog(kind: str) -> dict[str, Path]:
@@ -72,7 +73,7 @@ def read_mapping(path: Path) -> dict:
     if not text.replace("\ufeff", "").strip():  # a byte-order mark alone is still an empty file
         raise SpecError(f"{path}: file is empty")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: malformed YAML{yaml_problem(e)}") from None
     except json.JSONDecodeError as e:
@@ -101,8 +102,8 @@ def parse_overrides(items: Iterable[str] | None) -> dict[str, dict[str, object]]
         if head not in out or not rest:
             raise SpecError(f"--set: {key!r} must start with 'model.' or 'hardware.' and name a field")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = load_yaml(raw) if raw.strip() else None
+        except (yaml.YAMLError, RecursionError):  # not YAML (or nested past yamlio.MAX_DEPTH): the text itself
             value = raw
         out[head][rest] = value
     return out
@@ -138,20 +139,34 @@ def load_model(name_or_path="deepseek-v3", overrides: Mapping[str, object] | Non
 
 # nominal link bandwidth -> its achievable twin (HardwareSpec.nvlink_Bps / rdma_Bps(achievable=True))
 _ACHIEVABLE_TWIN = {"nvlink_bw_GBps": "nvlink_eff_bw_GBps", "rdma_bw_GBps": "rdma_eff_bw_GBps"}
+# tensor / vector peaks: SMs x per-SM throughput x clock (NVIDIA architecture whitepapers give the
+# peaks as that product), so a what-if on the SM count alone keeps the per-SM rate and scales them
+_SM_PEAKS = ("fp8_tflops", "bf16_tflops", "fp4_tflops", "fp32_tflops")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _carry_achievable(data: dict, overrides: Mapping[str, object]) -> dict:
-    """A --set of a nominal link bandwidth alone keeps the spec's achievable fraction (achievable =
-    nominal x the file's eff / nominal), so a what-if on the link moves calibrated/achievable times
-    too (issue 14: every bandwidth what-if must move the answer)."""
+    """What-ifs that carry their dependents: a --set of a nominal link bandwidth alone keeps the
+    spec's achievable fraction (achievable = nominal x the file's eff / nominal), so a what-if on the
+    link moves calibrated/achievable times too (issue 14); a --set of `sms` alone scales every peak
+    by new / file SMs (_SM_PEAKS), so compute scales with the SM count (issue 17)."""
     out = dict(overrides)
     for nom, eff in _ACHIEVABLE_TWIN.items():
         if nom not in overrides or eff in overrides:
             continue
         old_nom, old_eff, new_nom = data.get(nom), data.get(eff), overrides[nom]
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old_nom, old_eff, new_nom))
-        if numbers and old_nom > 0:
-            out[eff] = float(new_nom) * float(old_eff) / float(old_nom)
+        if all(_number(v) for v in (old_nom, old_eff, new_nom)) and old_nom > 0:
+            # at the smallest nominal the spec allows, the achievable one is that too (<= nominal)
+            out[eff] = max(float(new_nom) * float(old_eff) / float(old_nom), min(float(new_nom), MIN_RATE))
+    old_sms, new_sms = data.get("sms"), overrides.get("sms")
+    if "sms" in overrides and not any(k in overrides for k in _SM_PEAKS):
+        if _number(old_sms) and _number(new_sms) and old_sms > 0 and new_sms > 0:
+            for k in _SM_PEAKS:
+                if _number(data.get(k)):
+                    out[k] = float(data[k]) * float(new_sms) / float(old_sms)
     return out
 
 

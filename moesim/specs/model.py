@@ -15,11 +15,6 @@ class AttentionKind(StrEnum):
     MHA = "mha"
 
 
-class Scoring(StrEnum):
-    SIGMOID = "sigmoid"  # DeepSeek-V3 group-limited sigmoid routing with bias
-    SOFTMAX = "softmax"  # Mixtral / Qwen3 softmax top-k
-
-
 @dataclass(frozen=True)
 class AttentionSpec:
     kind: AttentionKind
@@ -46,6 +41,11 @@ class AttentionSpec:
                 if getattr(self, name) <= 0:
                     raise SpecError(f"{where}.{name}: MLA needs a positive value, allowed >= 1")
         else:
+            if self.kind == AttentionKind.MHA and self.kv_heads != self.num_heads:
+                raise SpecError(
+                    f"{where}.num_kv_heads: {self.num_kv_heads} with kind mha (one KV head per query head); "
+                    f"allowed: 0 or {self.num_heads}, or kind gqa"
+                )
             if self.kv_heads > self.num_heads or self.num_heads % self.kv_heads:
                 raise SpecError(f"{where}.num_kv_heads: {self.kv_heads} must divide num_heads={self.num_heads}")
 
@@ -65,8 +65,9 @@ class MoESpec:
     shared_intermediate_size: int = field(0, lo=0, hi=10_000_000, doc="0 = expert width x num_shared")
     n_group: int = field(1, lo=1, hi=100_000, doc="expert groups for group-limited routing")
     topk_group: int = field(1, lo=1, hi=100_000)
-    scoring: Scoring = Scoring.SOFTMAX
     router_bias: bool = False
+    # keys older model files carry that no prediction ever read (issue 17: honoured or removed)
+    REMOVED_KEYS = {"scoring": "the router's score function moves no prediction: traffic follows top_k and groups"}
 
     def _validate(self, file=None, path=""):
         where = f"{file}: {path}" if file else path

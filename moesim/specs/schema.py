@@ -110,18 +110,28 @@ def _coerce_scalar(tp, value, where: str, md: dict):
     return value
 
 
+def _reject_unknown(cls, data: dict, fields: dict, file, path: str) -> None:
+    """One line for the first key `cls` does not have: a key older spec files carry (the class's
+    REMOVED_KEYS) says why it went, any other lists the allowed keys."""
+    unknown = sorted(set(map(str, data)) - set(fields))
+    removed = [k for k in unknown if k in getattr(cls, "REMOVED_KEYS", {})]
+    if removed:
+        where = _where(file, (path + "." if path else "") + removed[0])
+        raise SpecError(f"{where}: removed from the spec ({cls.REMOVED_KEYS[removed[0]]}); delete the key")
+    if unknown:
+        allowed = ", ".join(sorted(fields))
+        raise SpecError(
+            f"{_where(file, (path + '.' if path else '') + _key(unknown[0]))}: unknown key; allowed keys: {allowed}"
+        )
+
+
 def build(cls, data: Any, *, file: str | None = None, path: str = ""):
     """Build dataclass `cls` from a mapping, strictly."""
     if not isinstance(data, dict):
         raise SpecError(f"{_where(file, path or cls.__name__)}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(map(str, data)) - set(fields))
-    if unknown:
-        allowed = ", ".join(sorted(fields))
-        raise SpecError(
-            f"{_where(file, (path + '.' if path else '') + _key(unknown[0]))}: unknown key; allowed keys: {allowed}"
-        )
+    _reject_unknown(cls, data, fields, file, path)
     kwargs = {}
     for name, f in fields.items():
         where = _where(file, f"{path}.{name}" if path else name)

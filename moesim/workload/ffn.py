@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
+from moesim.errors import ConfigError
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.workload.comm import DEEPEP_NORMAL_SMS, a2a_message_bytes, a2a_network_bytes
@@ -85,6 +86,11 @@ def all_to_all(
     rdma, nvl = a2a_network_bytes(comm, op, model, tokens=tokens, ep=ep, gpus_per_domain=hw.domain_gpus, slots=slots)
     p = model.precision
     sms = comm_sms_held(comm, comm_sms)
+    if sms >= hw.sms:  # the normal kernels hold their SMs for the whole transfer: none left to compute
+        raise ConfigError(
+            f"hardware.sms: {hw.sms} SMs on {hw.name} leave none for compute beside the {sms:.0f} SMs of "
+            f"DeepEP's normal kernels; allowed: sms > {sms:.0f}, or fewer --comm-sms, or another --comm"
+        )
     shape = {"ep": ep, "tokens": tokens, "mode": comm.value, "experts": slots, "moe_tp": moe_tp}
     shape["msg_bytes"] = a2a_message_bytes(op, model.hidden_size, p)
     if sms:

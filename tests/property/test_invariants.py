@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 import moesim
 from moesim.api import estimate
-from moesim.errors import MoesimError
+from moesim.errors import ConfigError, MoesimError
 from moesim.grid.core import Grid
-from moesim.grid.validity import check_grid
+from moesim.grid.validity import check_grid, require_dtypes
 from moesim.specs import catalog, load_hardware, load_model
 
 MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-1-70b")
@@ -81,6 +81,26 @@ def layouts(model_name: str, phase: str) -> tuple:
     return tuple(out)
 
 
+@cache
+def runs_on(model_name: str) -> tuple:
+    """The catalog GPUs whose tensor cores run the model's dtypes (FP8 models not on A100)."""
+    ok = []
+    for h in HARDWARE:
+        try:
+            require_dtypes(_model(model_name), _hw(h))
+            ok.append(h)
+        except ConfigError:
+            pass
+    return tuple(ok)
+
+
+@cache
+def bf16_variant(model_name: str):
+    """The model with 16-bit weights, activations and dispatch (a GPU without FP8 tensor cores)."""
+    keys = ("weight_dtype", "activation_dtype", "dispatch_dtype")
+    return load_model(model_name, {f"precision.{k}": "bf16" for k in keys})
+
+
 @st.composite
 def configs(draw, phases=("decode", "prefill"), overlaps=True, cost_modes=COST_MODES):
     model = draw(st.sampled_from(MODELS))
@@ -121,6 +141,8 @@ def configs(draw, phases=("decode", "prefill"), overlaps=True, cost_modes=COST_M
         tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp, acceptance=acceptance, redundant=red
     )
     assert check_grid(m, _hw(hw), g, phase)[0][0], cfg  # valid by construction
+    if hw not in runs_on(model):  # FP8 models do not run on A100: their BF16 checkpoint does
+        cfg["model"] = bf16_variant(model)
     return cfg
 
 

@@ -67,6 +67,7 @@ def _files(d: Path) -> dict:
     put("s_overflow.yaml", "axes: {ep: [8], batch: [1e400]}\n")
     # traffic YAML
     put("t_deep.yaml", "input_tokens: " + "[" * 1100 + "]" * 1100 + "\n")
+    put("t_deeper.yaml", "input_tokens: " + "[" * 60000 + "]" * 60000 + "\n")  # libyaml's composer segfaulted
     put("t_bigint.yaml", "input_tokens: " + "9" * 5000 + "\noutput_tokens: 1\n")
     put("t_key_newline.yaml", 'input_tokens: 1e9\noutput_tokens: 1e9\nprices: {"line\\nbreak": 1}\n')
     put("t_mixed_keys.yaml", "input_tokens: 1e9\noutput_tokens: 1e9\n1: 2\nzz: 3\n")
@@ -137,14 +138,19 @@ CASES: list[Case] = [
     cli("sweep-axis-hex", "sweep --ep 0x10", "ep", "hexadecimal", "write 16"),
     # --- traffic YAML
     cli("traffic-deep", "plan --traffic {t_deep}", "t_deep.yaml", "nested too deeply"),
+    cli("traffic-deeper", "plan --traffic {t_deeper}", "t_deeper.yaml", "nested too deeply"),
+    cli("study-deeper", "sweep --study {t_deeper}", "study", "nested too deeply"),
+    cli("validate-deeper", "validate {t_deeper}", "nested too deeply"),
+    cli("model-deeper", "estimate --model {t_deeper}", "nested too deeply"),
+    cli("set-deeper", "estimate --set hardware.sms=" + "[" * 300 + "]" * 300, "sms"),
     cli("traffic-bigint", "plan --traffic {t_bigint}", "t_bigint.yaml", "unreadable value"),
     cli("traffic-key-newline", "plan --traffic {t_key_newline}", "prices.", "unknown key", "usd_per_gpu_hour"),
     cli("traffic-mixed-keys", "plan --traffic {t_mixed_keys}", "1: unknown key", "input_tokens"),
     cli("traffic-utf16", "plan --traffic {t_utf16}", "t_utf16.yaml", "not UTF-8"),
     cli("traffic-semicolons", "plan --traffic {t_semi}", "t_semi.yaml", "not valid YAML"),
     # --- absurd but finite what-ifs and counts: rejected before any NaN (other helpers own the rest)
-    cli("whatif-nvlink-tiny", "estimate --set hardware.nvlink_bw_GBps=1e-300", "nvlink_eff_bw_GBps", "nominal"),
-    cli("whatif-rdma-tiny", "estimate --set hardware.rdma_bw_GBps=1e-300", "rdma_eff_bw_GBps", "nominal"),
+    cli("whatif-nvlink-tiny", "estimate --set hardware.nvlink_bw_GBps=1e-300", "nvlink_bw_GBps", "allowed"),
+    cli("whatif-rdma-tiny", "estimate --set hardware.rdma_bw_GBps=1e-300", "rdma_bw_GBps", "allowed"),
     cli("whatif-memory-tiny", "estimate --set hardware.memory_GB=1e-300", "memory_reserve_GB", "below memory_GB"),
     cli("kernel-json-bad-set", "kernel --op gemm --m 64 --n 2112 --k 7168 --json --set hardware.bogus=1", "bogus"),
     cli("eplb-cells-bound", "eplb --experts 100000 --slots 1000000 --gpus 1000000 --layers 100", "placement cells"),

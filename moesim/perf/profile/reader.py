@@ -156,6 +156,9 @@ class Profile:
             roof = S.roofline_from_yaml(data.get("roofline") or {})
             self._flops, self._hbm, self._sms = roof["flops"], roof["hbm_Bps"], roof["sms"]
             self._nom, self._domain = roof["nominal"], roof["domain_gpus"]
+        # the SM count the entries were fitted at (the roofline block the fit records), for the
+        # terms that are per-SM rates (attention's load saturation)
+        self._fit_sms = int((data.get("roofline") or {}).get("sms") or self._sms)
         launch = data.get("launch") or {}
         if launch.get("status") == "hardware" and hardware is not None:
             self.launch_s = float(hardware.kernel_launch_s)
@@ -211,7 +214,8 @@ class Profile:
         """(model, roofline) times of an mla_v2 attention entry (moesim.perf.attention_eff)."""
         if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
             raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
-        return A.entry_time(family, e, shape, peak_flops(self._flops, "bf16"), self._hbm, self._sms, self._attn_factor)
+        peak, bw = peak_flops(self._flops, "bf16"), self._hbm
+        return A.entry_time(family, e, shape, peak, bw, self._sms, self._attn_factor, fit_sms=self._fit_sms)
 
     def _attn_factor(self, v: dict, shape: dict):
         """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
@@ -360,7 +364,7 @@ class Profile:
             return float(frac) * nominal
         return float(p[f"{link}_GBps"]) * 1e9
 
-    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
+    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps, custom=True):
         """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `nccl_proto` / `collective_v2`
         entry (NCCL, or the engine's custom all-reduce where the message is within what it was
         measured at and it is faster), or None (then collective_params). A `nccl_proto` entry takes
@@ -368,7 +372,7 @@ class Profile:
         e = self.collectives.get(str(op))
         if e is None or e.get("model") not in S.TIMED_COLLECTIVES:
             return None
-        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps)
+        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps, custom)
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's
