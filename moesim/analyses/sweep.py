@@ -14,6 +14,7 @@ decode/mixed and tokens per DP group for prefill.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from moesim.engine.pricing import resolve_specs
 from moesim.engine.serving import check_inputs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
-from moesim.grid.core import Grid
+from moesim.grid.core import AXES, Grid
 from moesim.grid.layout import derive as derive_layout
 from moesim.grid.validity import fix_hint
 from moesim.specs.study import (
@@ -44,6 +45,15 @@ PHASE_DEFAULTS = {
     "prefill": {"batch": 16384, "context": 4096},
 }
 
+
+# The tool's own limits on one sweep's configurations (checked before any work). Streamed sweeps
+# (`moesim sweep` printing or writing .csv / .parquet) hold one piece at a time, so only time
+# bounds them: 200 M is ~35 min at the measured ~100k configurations/s on one core. An in-memory
+# frame (`sweep()`, --json, .json, pareto) holds ~FRAME_BYTES_PER_ROW per row (measured, 344k rows:
+# the columns plus the concat / filter copies), so 5 M rows is ~6 GB.
+MAX_CONFIGS = 200_000_000
+FRAME_BYTES_PER_ROW = 1200
+MAX_FRAME_CONFIGS = 5_000_000
 
 _MALLOC_TUNED = False
 
@@ -72,9 +82,9 @@ def tune_malloc() -> bool:
     return _MALLOC_TUNED
 
 
-def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
-    """Numeric axes -> (Grid, reason array for derived-axis problems or None). ep (or dp) not
-    given per point is derived from tp x dp = ep x moe_tp, vectorized."""
+def grid_axes(axes: dict, phase: Phase, isl=None, osl=None) -> tuple[dict, str | None]:
+    """Numeric axes -> ({axis: values} in `Grid.product` form, the derived axis "dp" / "ep" / None).
+    Defaults per phase; ep (or dp) not given per point is derived from tp x dp = ep x moe_tp."""
     vals = {a: axes[a] for a in NUMERIC_AXES if a in axes}
     for a, v in SCALAR_DEFAULTS.items():
         vals.setdefault(a, [v])
@@ -91,12 +101,36 @@ def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
     derive = None if (has_ep and has_dp) else ("dp" if has_ep else "ep")
     if derive:
         vals[derive] = [np.nan]
-    g = Grid.product(**vals)
+    return vals, derive
+
+
+def _derived(g: Grid, derive):
     if not derive:
         return g, None
     dp, ep, reason = derive_layout(g.tp, g.dp, g.ep, g.moe_tp)  # the one tp x dp = ep x moe_tp rule
     g = Grid(**{**g.to_dict(), "dp": dp, "ep": ep})
     return g, (reason if (reason != "").any() else None)
+
+
+def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
+    """Numeric axes -> (Grid, reason array for derived-axis problems or None). ep (or dp) not
+    given per point is derived from tp x dp = ep x moe_tp, vectorized."""
+    vals, derive = grid_axes(axes, phase, isl, osl)
+    return _derived(Grid.product(**vals), derive)
+
+
+def grid_size(vals: dict) -> int:
+    """Rows of the cartesian product of `grid_axes` values."""
+    return int(np.prod([len(np.atleast_1d(vals[a])) for a in AXES]))
+
+
+def grid_piece(vals: dict, derive, start: int, stop: int):
+    """Rows [start, stop) of `build_grid`'s grid without building the rest (the same row-major
+    cartesian product as `Grid.product`) -> (Grid, reason or None)."""
+    lists = [np.atleast_1d(np.asarray(vals[a], dtype=float)) for a in AXES]
+    codes = np.unravel_index(np.arange(start, stop, dtype=np.int64), [len(x) for x in lists])
+    g = Grid(**{a: x[c] for a, x, c in zip(AXES, lists, codes)})
+    return _derived(g, derive)
 
 
 # ---------------------------------------------------------------------------------------- sweep
@@ -146,21 +180,40 @@ def sweep(
     require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
     """
-    import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+    plan = plan_sweep(**locals())
+    if plan.total > plan.max_configs:
+        raise ConfigError(
+            f"axes: {plan.total:,} configurations; at most {plan.max_configs:,} in one in-memory sweep "
+            f"(~{FRAME_BYTES_PER_ROW} bytes each); write them to .csv / .parquet (streamed, up to "
+            f"{MAX_CONFIGS:,}) or split the study"
+        )
+    return evaluate_plan(plan)
 
+
+@dataclass
+class SweepPlan:
+    """A checked sweep, nothing evaluated: the categorical blocks in evaluation order, the numeric
+    grid of each phase (`grid_axes` form, built lazily), the shared `Run` and the row filters."""
+
+    blocks: list  # [(model spec, hardware spec, phase, overlap, comm)]
+    grids: dict  # phase -> (axis values, derived axis)
+    run: Run
+    flt: dict
+    keep_invalid: bool
+    require_valid: bool
+    total: int
+    max_configs: int = MAX_FRAME_CONFIGS
+
+
+def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progress=None, profile=None, **kw):
+    """`sweep`'s arguments -> a `SweepPlan`: every user error (names, ranges, the configuration
+    count against `MAX_CONFIGS`) is raised here, before any evaluation."""
     base = load_study(study) if study is not None else {}
-    st = _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes)
+    keys = ("model", "hardware", "phase", "cost_mode", "expert_skew", "context_dist", "isl", "osl", "set", "axes")
+    st = _merge_study(base, *(kw.get(k) for k in keys))
     st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
-    flt = resolve_filters(
-        base.get("filters", {}),
-        filters,
-        {
-            "min_tokens_per_s_per_user": min_tokens_per_s_per_user,
-            "max_tpot_s": max_tpot_s,
-            "max_ttft_s": max_ttft_s,
-            "only_fits": only_fits,
-        },
-    )
+    names = ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s", "only_fits")
+    flt = resolve_filters(base.get("filters", {}), filters, {k: kw.get(k) for k in names})
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ConfigError("chunk_size: must be >= 1")
@@ -168,38 +221,37 @@ def sweep(
     hw_list, phases, overlaps, comms = _categoricals(ax, st["hardware"], st["phase"])
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
-        check_inputs(st["isl"], st["osl"], chunk_tokens, request_rate)
+        check_inputs(st["isl"], st["osl"], kw.get("chunk_tokens"), kw.get("request_rate"))
     if st["defaulted"] and all(p == Phase.PREFILL for p in phases):
         ax["batch"] = list(DEFAULT_PREFILL_BATCH)
-
+    grids = {ph: grid_axes(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
+    total = sum(grid_size(grids[ph][0]) for ph in phases) * len(hw_list) * len(overlaps) * len(comms)
+    if total > MAX_CONFIGS:
+        raise ConfigError(f"axes: {total:,} configurations; at most {MAX_CONFIGS:,} per sweep (split the study)")
     specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     for m_, _ in specs[:1]:
         check_imbalance_flags(m_, st["expert_skew"], st["context_dist"])
-    grids = {ph: build_grid(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
-    total = sum(grids[ph][0].size for ph in phases) * len(specs) * len(overlaps) * len(comms)
-    if total > 200_000_000:
-        raise ConfigError(f"axes: {total:,} configurations; at most 200,000,000 per sweep (split the study)")
-    run = Run(
-        st["cost_mode"],
-        st["engine"],
-        st["expert_skew"],
-        st["context_dist"],
-        st["isl"],
-        st["osl"],
-        chunk_size,
-        profile,
-        {"done": 0, "total": total, "cb": progress},
-        chunk_tokens,
-        request_rate,
-    )
-    frames, notes = [], []
-    for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms):
-        g, derived_reason = grids[ph]
-        cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, run)
+    run = Run(st["cost_mode"], st["engine"], st["expert_skew"], st["context_dist"], st["isl"], st["osl"], chunk_size,
+              profile, {"done": 0, "total": total, "cb": progress}, kw.get("chunk_tokens"), kw.get("request_rate"))  # fmt: skip
+    blocks = [(m, h, ph, ov, cm) for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms)]
+    keep = kw.get("keep_invalid", True)
+    return SweepPlan(blocks, grids, run, flt, keep, bool(kw.get("require_valid")), total)
+
+
+def evaluate_plan(plan: SweepPlan):
+    """Every block of the plan, each over its whole grid -> the filtered frame (see `sweep`)."""
+    import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+
+    frames, notes, built = [], [], {}
+    for m, h, ph, ov, cm in plan.blocks:
+        if ph not in built:
+            built[ph] = _derived(Grid.product(**plan.grids[ph][0]), plan.grids[ph][1])
+        g, derived_reason = built[ph]
+        cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, plan.run)
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    return _finish(df, flt, keep_invalid, require_valid, notes, specs[0][0])
+    return _finish(df, plan.flt, plan.keep_invalid, plan.require_valid, notes, plan.blocks[0][0])
 
 
 def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes) -> dict:
@@ -249,12 +301,26 @@ def _categoricals(ax: dict, hardware, phase):
     return hw_list, phases, overlaps, comms
 
 
+def none_valid(model, n: int, first) -> ConfigError:
+    """require_valid's error: no configuration is valid; the first row's reason and a fix hint."""
+    reason = str(first["reason"])
+    hint = fix_hint(model, reason, float(first["ep"]), float(first["redundant"]))
+    return ConfigError(f"sweep: none of the {n:,} configurations is valid; the first: {reason}{hint}")
+
+
+UNITS = {
+    "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
+    "context": "tokens",
+    "time": "s",
+    "memory": "bytes",
+    "throughput": "tokens/s",
+}
+
+
 def _finish(df, flt, keep_invalid, require_valid, notes, model):
     """Counts before filtering, the filters, and the frame's attrs (evaluated, notes, units)."""
     if require_valid and len(df) and not df["valid"].any():
-        first = str(df["reason"].iloc[0])
-        hint = fix_hint(model, first, float(df["ep"].iloc[0]), float(df["redundant"].iloc[0]))
-        raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {first}{hint}")
+        raise none_valid(model, len(df), df.iloc[0])
     evaluated = {
         "configurations": int(len(df)),
         "valid": int(df["valid"].sum()) if len(df) else 0,
@@ -264,13 +330,7 @@ def _finish(df, flt, keep_invalid, require_valid, notes, model):
     df.attrs["evaluated"] = evaluated
     df.attrs["notes"] = notes
     df.attrs["filters"] = {k: v for k, v in flt.items() if v is not None and v is not False}
-    df.attrs["units"] = {
-        "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
-        "context": "tokens",
-        "time": "s",
-        "memory": "bytes",
-        "throughput": "tokens/s",
-    }
+    df.attrs["units"] = dict(UNITS)
     return df
 
 
