@@ -35,7 +35,7 @@ def piece_table(df, schema):
     arrays = []
     for f in schema:
         if f.name in df.columns:
-            arrays.append(pa.array(df[f.name].to_numpy(), type=f.type, from_pandas=True))
+            arrays.append(pa.array(df[f.name], type=f.type, from_pandas=True))  # arrow-backed text: no copy
         else:
             arrays.append(pa.nulls(n, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
