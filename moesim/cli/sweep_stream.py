@@ -50,8 +50,8 @@ class Digest:
             df = d
         if len(df):
             self._count(df)
-            best = rank(df, self.by).head(self.keep)
-            self.top = best if self.top is None else rank(_concat(self.top, best), self.by).head(self.keep)
+            best = rank(df, self.by, self.keep)
+            self.top = best if self.top is None else rank(_concat(self.top, best), self.by, self.keep)
         return df
 
     def _count(self, df) -> None:
