@@ -54,6 +54,11 @@ PHASE_DEFAULTS = {
 MAX_CONFIGS = 200_000_000
 FRAME_BYTES_PER_ROW = 1200
 MAX_FRAME_CONFIGS = 5_000_000
+STREAM_PIECE_ROWS = 65536  # grid rows per streamed piece (moesim.analyses.sweep_stream)
+# The projection printed before a long run (`projection`), measured whole-process on one core
+# (bench/csv_speed.py and the peak-RSS test): configurations/s per phase and the fixed memory.
+RATE_PER_S = {"decode": 100_000, "prefill": 100_000, "mixed": 20_000}
+BASE_BYTES = 300e6
 
 _MALLOC_TUNED = False
 
@@ -181,13 +186,29 @@ def sweep(
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
     """
     plan = plan_sweep(**locals())
-    if plan.total > plan.max_configs:
-        raise ConfigError(
-            f"axes: {plan.total:,} configurations; at most {plan.max_configs:,} in one in-memory sweep "
-            f"(~{FRAME_BYTES_PER_ROW} bytes each); write them to .csv / .parquet (streamed, up to "
-            f"{MAX_CONFIGS:,}) or split the study"
-        )
+    check_frame_size(plan)
     return evaluate_plan(plan)
+
+
+def check_frame_size(plan) -> None:
+    """An in-memory frame holds at most `MAX_FRAME_CONFIGS` rows (checked before any work)."""
+    if plan.total > MAX_FRAME_CONFIGS:
+        raise ConfigError(
+            f"axes: {plan.total:,} configurations; at most {MAX_FRAME_CONFIGS:,} in one in-memory sweep "
+            f"(~{FRAME_BYTES_PER_ROW:,} bytes each: --json, .json, pareto); write them to .csv / .parquet "
+            f"(streamed, up to {MAX_CONFIGS:,}) or split the study"
+        )
+
+
+def projection(plan, streamed: bool) -> tuple[float, float]:
+    """(seconds, peak bytes) a plan is projected to take on one core: `RATE_PER_S` per phase, and
+    `BASE_BYTES` plus one piece (streamed) or the whole frame (in memory)."""
+    n = {}
+    for _, _, ph, _, _ in plan.blocks:
+        n[ph.value] = n.get(ph.value, 0) + grid_size(plan.grids[ph][0])
+    seconds = sum(k / RATE_PER_S[ph] for ph, k in n.items())
+    rows = min(plan.total, STREAM_PIECE_ROWS) if streamed else plan.total
+    return seconds, BASE_BYTES + rows * FRAME_BYTES_PER_ROW
 
 
 @dataclass
@@ -202,7 +223,6 @@ class SweepPlan:
     keep_invalid: bool
     require_valid: bool
     total: int
-    max_configs: int = MAX_FRAME_CONFIGS
 
 
 def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progress=None, profile=None, **kw):

@@ -11,13 +11,12 @@ import dataclasses
 
 import numpy as np
 
+from moesim.analyses.sweep import STREAM_PIECE_ROWS as PIECE_ROWS
 from moesim.analyses.sweep import SweepPlan, _apply_filters, _derived, grid_piece, grid_size
 from moesim.analyses.sweep_block import INT_COLUMNS, evaluate_block
 from moesim.enums import Phase
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_grid
-
-PIECE_ROWS = 65536  # grid rows per piece: ~80 MB of frame at ~1.2 KB per row
 
 
 @dataclasses.dataclass

@@ -13,9 +13,16 @@ import typer
 from moesim.analyses import budget as B
 from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
 from moesim.analyses.pareto import pareto
-from moesim.analyses.sweep import parse_values, plan_sweep, sweep, tune_malloc
+from moesim.analyses.sweep import (
+    check_frame_size,
+    evaluate_plan,
+    parse_values,
+    plan_sweep,
+    projection,
+    tune_malloc,
+)
 from moesim.cli import options as O
-from moesim.cli.progress import Progress
+from moesim.cli.progress import Progress, announce
 from moesim.cli.sweep_stream import budget_node, stream_sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError
@@ -82,7 +89,10 @@ def run_sweep(grid: dict, only_fits: bool):
     with Progress() as prog:
         t0 = time.perf_counter()
         kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
-        df = sweep(**kw)
+        plan = plan_sweep(**kw)
+        check_frame_size(plan)
+        announce("sweep (in memory)", plan.total, *projection(plan, streamed=False))
+        df = evaluate_plan(plan)
         if n_gpus is not None:
             df = _budgeted(df, n_gpus, gpn, grid)
         df.attrs["elapsed_s"] = time.perf_counter() - t0
@@ -96,6 +106,7 @@ def run_streamed(grid: dict, only_fits: bool, top: int, out):
         t0 = time.perf_counter()
         kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
         plan = plan_sweep(**kw)
+        announce(f"sweep (streamed{' to ' + str(out) if out else ''})", plan.total, *projection(plan, streamed=True))
         budget = (n_gpus, budget_node(plan, gpn)) if n_gpus is not None else None
         top_rows = stream_sweep(plan, plan.blocks[0][0], top=top, out=out, budget=budget)
         top_rows.attrs["elapsed_s"] = time.perf_counter() - t0
