@@ -26,7 +26,7 @@ from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Ph
 from moesim.errors import ConfigError
 from moesim.grid.core import AXES, Grid
 from moesim.grid.layout import derive as derive_layout
-from moesim.grid.validity import fix_hint
+from moesim.grid.validity import check_redundant, fix_hint
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
@@ -251,6 +251,7 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
     specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     for m_, _ in specs[:1]:
         check_imbalance_flags(m_, st["expert_skew"], st["context_dist"])
+        check_redundant(m_, [v for ph in grids for v in grids[ph][0]["redundant"]])
     run = Run(st["cost_mode"], st["engine"], st["expert_skew"], st["context_dist"], st["isl"], st["osl"], chunk_size,
               profile, {"done": 0, "total": total, "cb": progress}, kw.get("chunk_tokens"), kw.get("request_rate"))  # fmt: skip
     blocks = [(m, h, ph, ov, cm) for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms)]

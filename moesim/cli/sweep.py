@@ -35,6 +35,9 @@ AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance", "re
 
 __all__ = ["register", "write_frame"]
 
+# --top: rows kept for the table / --json (a streamed sweep keeps them while the rest streams to --out)
+MAX_TOP = 100_000
+
 
 def _axes(**flags) -> dict:
     return {k: parse_values(k, v) for k, v in flags.items() if v is not None}
@@ -185,14 +188,16 @@ def sweep_cmd(
     only_fits: Annotated[
         bool, typer.Option("--only-fits", help="keep only valid configurations that fit in memory")
     ] = False,
-    top: Annotated[int, typer.Option("--top", help="rows to print, best tokens/s per GPU first")] = 20,
+    top: Annotated[
+        int, typer.Option("--top", help=f"rows to print, best tokens/s per GPU first (0 to {MAX_TOP:,})")
+    ] = 20,
     out: O.OutRows = None,
     json_out: O.JsonRows = False,
     emit_launch: O.EmitLaunch = False,
 ):
     """Evaluate the cartesian product of deployment axes; print the best rows (tokens/s per GPU)."""
-    if top < 0:
-        raise ConfigError("--top: must be >= 0")
+    if not 0 <= top <= MAX_TOP:
+        raise ConfigError(f"--top: {top:,} is out of range; allowed an integer in [0, {MAX_TOP:,}]")
     if not json_out and (out is None or Path(out).suffix.lower() in STREAM_SUFFIXES):
         df = ranked = run_streamed(grid, only_fits, top, out)  # bounded memory; the file in grid order
         n = df.attrs["rows"]["configurations"]
