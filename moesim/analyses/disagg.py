@@ -359,7 +359,9 @@ def _max_instances(v) -> int:
     """--max-instances: a whole number in [1, MAX_INSTANCES] (checked before any work)."""
     ok = not isinstance(v, bool) and isinstance(v, (int, float)) and float(v).is_integer() and 1 <= v <= MAX_INSTANCES
     if not ok:
-        raise ConfigError(f"--max-instances: {v!r} is out of range; allowed an integer in [1, {MAX_INSTANCES:,}]")
+        raise ConfigError(
+            f"--max-instances (max_instances): {v!r} is out of range; allowed an integer >= 1 and <= {MAX_INSTANCES:,}"
+        )
     return int(v)
 
 
