@@ -102,18 +102,19 @@ def run_sweep(grid: dict, only_fits: bool):
     return df
 
 
-def run_streamed(grid: dict, only_fits: bool, top: int, out):
+def run_streamed(grid: dict, only_fits: bool, top: int, out, frontier: dict | None = None):
     """`run_sweep` in bounded memory (`moesim.cli.sweep_stream`): the rows go to `out` (.csv /
-    .parquet, or nowhere) a piece at a time -> the ranked top rows, the sweep's counts in attrs."""
+    .parquet, or nowhere) a piece at a time -> (the ranked top rows, the sweep's counts in attrs;
+    the Pareto frontier of `frontier`'s keywords or None)."""
     with Progress() as prog:
         t0 = time.perf_counter()
         kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
         plan = plan_sweep(**kw)
         announce(f"sweep (streamed{' to ' + str(out) if out else ''})", plan.total, *projection(plan, streamed=True))
         budget = (n_gpus, budget_node(plan, gpn)) if n_gpus is not None else None
-        top_rows = stream_sweep(plan, plan.blocks[0][0], top=top, out=out, budget=budget)
+        top_rows, front = stream_sweep(plan, plan.blocks[0][0], top=top, out=out, budget=budget, frontier=frontier)
         top_rows.attrs["elapsed_s"] = time.perf_counter() - t0
-    return top_rows
+    return top_rows, front
 
 
 def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
@@ -199,7 +200,7 @@ def sweep_cmd(
     if not 0 <= top <= MAX_TOP:
         raise ConfigError(f"--top: {top:,} is out of range; allowed an integer in [0, {MAX_TOP:,}]")
     if not json_out and (out is None or Path(out).suffix.lower() in STREAM_SUFFIXES):
-        df = ranked = run_streamed(grid, only_fits, top, out)  # bounded memory; the file in grid order
+        df = ranked = run_streamed(grid, only_fits, top, out)[0]  # bounded memory; the file in grid order
         n = df.attrs["rows"]["configurations"]
         if out is not None:
             typer.echo(f"wrote {n:,} rows to {out}")
@@ -244,8 +245,12 @@ def pareto_cmd(
         raise ConfigError(f"--per: {per!r} is not one of {{gpu, node}}")
     y = y or f"tokens_per_s_per_{per}"
     keys = [k.strip() for k in group_by.split(",") if k.strip()] if group_by else None
-    df = run_sweep(grid, True)
-    front = pareto(df, x=x, y=y, group_by=keys if keys is None or len(keys) > 1 else keys[0])
+    kw = dict(x=x, y=y, group_by=keys if keys is None or len(keys) > 1 else keys[0])
+    if plot is None:  # bounded memory: the running frontier (the plot's faint points need every row)
+        df, front = run_streamed(grid, True, 1, None, frontier=kw)
+    else:
+        df = run_sweep(grid, True)
+        front = pareto(df, **kw)
     if plot is not None:
         plot_frontiers(df, front, x, y, keys, plot)
     if emit_rows(front, out, json_out):

@@ -8,6 +8,7 @@ rows, whatever the grid size. The file's rows are in evaluation (grid) order."""
 from __future__ import annotations
 
 from moesim.analyses import budget as B
+from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import UNITS, none_valid
 from moesim.analyses.sweep_stream import Piece, iter_pieces, probe_frame
 from moesim.errors import ConfigError
@@ -20,10 +21,11 @@ MULTI = object()  # a foldable column with more than one value
 class Digest:
     """What the sweep printout needs from the whole frame, gathered piece by piece."""
 
-    def __init__(self, keep: int, budget=None):
+    def __init__(self, keep: int, budget=None, frontier: dict | None = None):
         self.keep = max(1, int(keep))
         self.budget = budget  # (total GPUs, GPUs per node) or None
-        self.top = None
+        self.frontier = frontier  # `pareto` keywords (x, y, group_by): keep the running frontier
+        self.top = self.front = None
         self.rows = {"configurations": 0, "valid": 0, "fit": 0}
         self.evaluated = {"configurations": 0, "valid": 0, "fit": 0}
         self.engines, self.notes, self.first, self.dropped = set(), [], None, 0
@@ -48,6 +50,9 @@ class Digest:
             d = B.apply_budget(df, *self.budget)
             self.dropped += d.attrs["budget"]["dropped"]
             df = d
+        if self.frontier is not None:  # the frontier of the union = that of (frontier so far + piece)
+            f = pareto(df, **self.frontier)
+            self.front = f if self.front is None else pareto(_concat(self.front, f), **self.frontier)
         if len(df):
             self._count(df)
             best = rank(df, self.by, self.keep)
@@ -134,10 +139,11 @@ def budget_node(plan, gpus_per_node):
     return next(iter(doms))
 
 
-def stream_sweep(plan, model, *, top: int, out=None, budget=None, allowed: str = ".csv or .parquet path"):
+def stream_sweep(plan, model, *, top: int, out=None, budget=None, frontier=None, allowed=".csv or .parquet path"):
     """Evaluate `plan` piece by piece; write the rows to `out` (.csv / .parquet) when given ->
-    the ranked top rows with the whole sweep's counts in attrs (see `Digest.frame`)."""
-    digest = Digest(top, budget)
+    (the ranked top rows with the whole sweep's counts in attrs (see `Digest.frame`), the Pareto
+    frontier of `frontier`'s keywords or None)."""
+    digest = Digest(top, budget, frontier)
 
     def pieces():
         for p in iter_pieces(plan):
@@ -153,4 +159,4 @@ def stream_sweep(plan, model, *, top: int, out=None, budget=None, allowed: str =
         if budget:
             probe = B.apply_budget(probe, *budget)
         stream_frame(rows, probe, out, allowed=allowed)
-    return digest.frame(plan)
+    return digest.frame(plan), digest.front
