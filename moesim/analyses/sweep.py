@@ -47,18 +47,21 @@ PHASE_DEFAULTS = {
 
 
 # The tool's own limits on one sweep's configurations (checked before any work). Streamed sweeps
-# (`moesim sweep` printing or writing .csv / .parquet) hold one piece at a time, so only time
-# bounds them: 200 M is ~35 min at the measured ~100k configurations/s on one core. An in-memory
-# frame (`sweep()`, --json, .json, pareto) holds ~FRAME_BYTES_PER_ROW per row (measured, 344k rows:
-# the columns plus the concat / filter copies), so 5 M rows is ~6 GB.
+# (`moesim sweep` / `pareto` printing or writing .csv / .parquet) hold one piece at a time, so
+# only time bounds them: 200 M decode configurations is ~35 min at >= 100k/s on one core. An
+# in-memory frame (`sweep()`, --json, .json, pareto --plot) holds ~FRAME_BYTES_PER_ROW per row
+# (measured: 1.36 KB at 344k decode rows, the frame plus the ranking copy; the writer adds its
+# table), so 5 M rows is ~7.5 GB.
 MAX_CONFIGS = 200_000_000
-FRAME_BYTES_PER_ROW = 1200
+FRAME_BYTES_PER_ROW = 1500
 MAX_FRAME_CONFIGS = 5_000_000
 STREAM_PIECE_ROWS = 65536  # grid rows per streamed piece (moesim.analyses.sweep_stream)
-# The projection printed before a long run (`projection`), measured whole-process on one core
-# (bench/csv_speed.py and the peak-RSS test): configurations/s per phase and the fixed memory.
-RATE_PER_S = {"decode": 100_000, "prefill": 100_000, "mixed": 20_000}
-BASE_BYTES = 300e6
+# The projection printed before a long run (`projection`), measured on one core: configurations/s
+# per phase (decode: bench/csv_speed.py whole process, 344k in ~3 s; prefill ~200k/s and mixed
+# ~5k/s warm, in process) and the fixed memory (interpreter, numpy / pandas / scipy / pyarrow,
+# profiles: ~150 MB; a streamed 10 M sweep peaked at 365 MB).
+RATE_PER_S = {"decode": 100_000, "prefill": 100_000, "mixed": 5_000}
+BASE_BYTES = 250e6
 
 _MALLOC_TUNED = False
 

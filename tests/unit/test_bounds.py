@@ -31,7 +31,11 @@ CASES = [
     (["sweep", "--ep", "8", "--total-gpus", "1000000000"], "total_gpus: 1000000000", f"[1, {MAX_BUDGET_GPUS:,}]"),
     (["sweep", "--ep", "8", "--top", "1000000000"], "--top: 1,000,000,000", f"[0, {MAX_TOP:,}]"),
     (["sweep", "--batch", "1:100000:1", "--context", "1:4096:1"], "configurations; at most 200,000,000", "split"),
-    (["pareto", "--batch", "1:100000:1", "--context", "1:64:1"], "at most 5,000,000 in one in-memory", ".parquet"),
+    (
+        ["pareto", "--batch", "1:100000:1", "--context", "1:64:1", "--plot", "f.png"],
+        "at most 5,000,000 in one",
+        ".parquet",
+    ),
 ]
 
 
