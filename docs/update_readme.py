@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Regenerate README.md's accuracy section from `moesim validate`.
 
-Runs `moesim validate --out docs/validation.md` (which also writes docs/validation.png, the parity
-plot; copied to docs/img/parity.png for the README) and replaces the text between
+Runs `moesim validate --out docs/validation.md --plot docs/validation.png` (the markdown report and
+the parity plot it links to; the plot is copied to docs/img/parity.png for the README) and replaces the text between
 
     <!-- validate:begin -->
     <!-- validate:end -->
@@ -34,8 +34,17 @@ SUMMARY_RE = re.compile(r"^(\S+\s+\d+/\d+ pass\b.*|summary: \d+/\d+ checks withi
 
 
 def run_validate(report: Path) -> str:
-    """Run `moesim validate --out report` from the repository root; -> its stdout."""
-    cmd = [sys.executable, "-m", "moesim.cli", "validate", "--out", str(report)]
+    """Run `moesim validate --out report --plot report.png` from the repository root; -> its stdout."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "moesim.cli",
+        "validate",
+        "--out",
+        str(report),
+        "--plot",
+        str(report.with_suffix(".png")),
+    ]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     if p.returncode not in (0, 1) or not report.exists():
         raise SystemExit(f"update_readme: `moesim validate` failed (exit {p.returncode}):\n{p.stderr or p.stdout}")

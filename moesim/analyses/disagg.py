@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.analyses import budget as B
-from moesim.analyses.sweep import sweep
+from moesim.analyses.sweep import defaults_not_given, sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode, Engine
 from moesim.errors import ConfigError, is_positive_number
@@ -138,7 +138,7 @@ def disagg(
     link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
     engine = Engine.parse(engine, "engine").value
     common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
-                  progress=progress)  # fmt: skip
+                  progress=progress, fill_defaults=False)  # fmt: skip
     notes, budget = [], None
     if total_gpus is not None:
         total_gpus, gpn = B.check_budget(total_gpus, gpus_per_node)
@@ -271,7 +271,7 @@ def _add_notes(notes: list, df) -> None:
 
 def _prefill_pool(m, hp, axes, isl, max_ttft_s, kv_req_s, achievable, common, notes):
     """Prefill sweep (context = ISL) with TTFT incl. chunking and the KV transfer, and slo_ok."""
-    pax = normalize_axes(axes or DEFAULT_PREFILL_AXES)
+    pax = {**defaults_not_given(DEFAULT_PREFILL_AXES, axes), **normalize_axes(axes or {})}
     for bad in ("mtp", "acceptance", "phase"):
         pax.pop(bad, None)
     pax.setdefault("context", [isl])
@@ -289,9 +289,11 @@ def _prefill_pool(m, hp, axes, isl, max_ttft_s, kv_req_s, achievable, common, no
 
 def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
     """Decode sweep (context = ISL + OSL / 2) with the KV arriving per step, and slo_ok."""
-    dax = normalize_axes(axes or DEFAULT_DECODE_AXES)
+    dax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes), **normalize_axes(axes or {})}
     dax.pop("phase", None)
-    if axes is None and not m.mtp_layers:  # the default space drafts with MTP only where it exists
+    if (
+        "mtp" not in normalize_axes(axes or {}) and not m.mtp_layers
+    ):  # the default space drafts with MTP only where it exists
         dax["mtp"] = [0]
     dax.setdefault("context", [isl + osl / 2.0])
     dec = sweep(m, hd, "decode", dax, **common)
@@ -308,7 +310,7 @@ def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
 def _aggregated_pool(m, hd, axes, lengths, targets, common):
     """The `mixed` phase (aggregated serving, closed loop at the batch) under both targets, and slo_ok."""
     (isl, osl), (max_ttft_s, max_tpot_s) = lengths, targets
-    aax = normalize_axes(axes or DEFAULT_DECODE_AXES)
+    aax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes), **normalize_axes(axes or {})}
     aax.pop("phase", None)
     aax.setdefault("context", [isl + osl / 2.0])
     mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)

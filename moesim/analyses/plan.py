@@ -42,6 +42,8 @@ from moesim.analyses.capacity import (
     prefill_capacity,
     specs_of,
 )
+from moesim.analyses.plan_agg import plan_aggregated
+from moesim.analyses.plan_units import intish, nic_warnings, units_for
 from moesim.engine.pricing import load_profile_for, profile_info
 from moesim.enums import CostMode
 from moesim.errors import ConfigError
@@ -59,13 +61,6 @@ __all__ = [
     "day_economics",
     "units_for",
 ]
-
-
-# --------------------------------------------------------------------------- economics
-def units_for(nodes_fractional, nodes_per_unit: float):
-    """Whole deployment units covering the fractional node need (0 when there is no traffic)."""
-    x = np.asarray(nodes_fractional, float) / nodes_per_unit
-    return np.ceil(x - 1e-9 * np.maximum(1.0, x)).astype(int).clip(min=0)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -218,7 +213,8 @@ def plan(
     engine="sglang",
 ) -> PlanResult:
     """Nodes, cost and economics for a traffic window (see the module doc for the method); `engine`
-    picks the calibration profile (sglang, trtllm, vllm)."""
+    picks the calibration profile (sglang, trtllm, vllm). A traffic with an `aggregated:` pool is
+    planned as one aggregated pool (`moesim.analyses.plan_agg.AggregatedPlan`)."""
     t = _as_traffic(traffic)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, h = specs_of(model, hardware, set)
@@ -226,6 +222,8 @@ def plan(
     pricing = profile_info(load_profile_for(h, cost_mode, profile, engine=engine)[0], engine)
     run = dict(cost_mode=cost_mode, engine=pricing["engine"], expert_skew=expert_skew, context_dist=context_dist,
                profile=profile, notes=notes)  # fmt: skip
+    if t.aggregated is not None:  # ONE aggregated pool: the aggregated-serving model (plan_agg)
+        return plan_aggregated(t, m, h, cost_mode, None, run, pricing)
     dec = decode_capacity(
         m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )
@@ -272,7 +270,7 @@ def plan(
         hourly=hourly,
         totals=totals,
         economics=econ,
-        warnings=_nic_warnings(nic_util, t.hours, h),
+        warnings=nic_warnings(nic_util, t.hours, h),
         notes=list(dict.fromkeys(notes)),
         pricing=pricing,
     )
@@ -335,11 +333,11 @@ def _totals(t: Traffic, dec: DecodeCapacity, pre: PrefillCapacity, hourly: dict,
         "average_nodes_fractional": float(
             (hourly["decode_nodes_fractional"] + hourly["prefill_nodes_fractional"]).mean()
         ),
-        "peak_nodes": _intish(peak),
+        "peak_nodes": intish(peak),
         "average_prefill_nodes": float(pre_nodes.mean()),
         "average_decode_nodes": float(dec_nodes.mean()),
-        "peak_prefill_nodes": _intish(float(pre_nodes.max())),
-        "peak_decode_nodes": _intish(float(dec_nodes.max())),
+        "peak_prefill_nodes": intish(float(pre_nodes.max())),
+        "peak_decode_nodes": intish(float(dec_nodes.max())),
         "prefill_nodes_per_unit": pre.nodes_per_unit,
         "decode_nodes_per_unit": dec.nodes_per_unit,
         "hours": t.hours,
@@ -352,24 +350,3 @@ def _totals(t: Traffic, dec: DecodeCapacity, pre: PrefillCapacity, hourly: dict,
         "peak_kv_transfer_Bps": float(hourly["kv_transfer_Bps"].max()),
         "peak_nic_utilisation": float(nic_util.max()),
     }
-
-
-def _nic_warnings(nic_util, hours: int, h) -> list:
-    """A warning when the KV transfer exceeds (or nears) the pools' NIC capacity in some hour."""
-    over = np.nonzero(nic_util > 1.0)[0]
-    if over.size:
-        return [
-            f"KV transfer exceeds the NIC capacity in {over.size} of {hours} hours (peak "
-            f"{nic_util.max():.2f}x of rdma {h.rdma_bw_GBps:g} GB/s x GPUs); prefill->decode "
-            f"transfer would throttle: add pool NICs or raise the cache hit rate"
-        ]
-    if nic_util.max() > 0.5:
-        return [
-            f"KV transfer uses up to {nic_util.max() * 100:.0f}% of the pools' NIC capacity; it shares "
-            f"the NICs with the EP all-to-all"
-        ]
-    return []
-
-
-def _intish(x: float):
-    return int(x) if float(x).is_integer() else float(x)

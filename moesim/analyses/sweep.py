@@ -13,38 +13,38 @@ decode/mixed and tokens per DP group for prefill.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from moesim.analyses.sweep_block import Run, evaluate_block
+from moesim.analyses.sweep_grid import (  # noqa: F401  (re-exported: the sweep's grid helpers)
+    PHASE_DEFAULTS,
+    SCALAR_DEFAULTS,
+    build_grid,
+    derived_grid,
+    grid_axes,
+    grid_piece,
+    grid_size,
+)
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.pricing import resolve_specs
 from moesim.engine.serving import check_inputs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
-from moesim.grid.core import AXES, Grid
-from moesim.grid.layout import derive as derive_layout
+from moesim.grid.core import Grid
 from moesim.grid.validity import check_redundant, fix_hint
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
-    NUMERIC_AXES,
     check_isl_osl,
     load_study,
     normalize_axes,
     parse_values,
     resolve_filters,
 )
-
-SCALAR_DEFAULTS = {"tp": 1, "moe_tp": 1, "mtp": 0, "acceptance": 0.8, "redundant": 0}
-PHASE_DEFAULTS = {
-    "decode": {"batch": 32, "context": 4096},
-    "mixed": {"batch": 32, "context": 4096},
-    "prefill": {"batch": 16384, "context": 4096},
-}
-
 
 # The tool's own limits on one sweep's configurations (checked before any work). Streamed sweeps
 # (`moesim sweep` / `pareto` printing or writing .csv / .parquet) hold one piece at a time, so
@@ -90,57 +90,6 @@ def tune_malloc() -> bool:
     return _MALLOC_TUNED
 
 
-def grid_axes(axes: dict, phase: Phase, isl=None, osl=None) -> tuple[dict, str | None]:
-    """Numeric axes -> ({axis: values} in `Grid.product` form, the derived axis "dp" / "ep" / None).
-    Defaults per phase; ep (or dp) not given per point is derived from tp x dp = ep x moe_tp."""
-    vals = {a: axes[a] for a in NUMERIC_AXES if a in axes}
-    for a, v in SCALAR_DEFAULTS.items():
-        vals.setdefault(a, [v])
-    pd_ = PHASE_DEFAULTS[phase.value]
-    vals.setdefault("batch", [pd_["batch"]])
-    if "context" not in vals:
-        vals["context"] = [isl + osl / 2.0] if phase == Phase.MIXED and isl and osl else [pd_["context"]]
-    if phase == Phase.PREFILL:  # no drafts in prefill (as estimate): one row per remaining point
-        vals["mtp"], vals["acceptance"] = [0.0], [vals["acceptance"][0]]
-    has_ep, has_dp = "ep" in vals, "dp" in vals
-    if not has_ep and not has_dp:
-        vals["dp"] = [1.0]
-        has_dp = True
-    derive = None if (has_ep and has_dp) else ("dp" if has_ep else "ep")
-    if derive:
-        vals[derive] = [np.nan]
-    return vals, derive
-
-
-def _derived(g: Grid, derive):
-    if not derive:
-        return g, None
-    dp, ep, reason = derive_layout(g.tp, g.dp, g.ep, g.moe_tp)  # the one tp x dp = ep x moe_tp rule
-    g = Grid(**{**g.to_dict(), "dp": dp, "ep": ep})
-    return g, (reason if (reason != "").any() else None)
-
-
-def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
-    """Numeric axes -> (Grid, reason array for derived-axis problems or None). ep (or dp) not
-    given per point is derived from tp x dp = ep x moe_tp, vectorized."""
-    vals, derive = grid_axes(axes, phase, isl, osl)
-    return _derived(Grid.product(**vals), derive)
-
-
-def grid_size(vals: dict) -> int:
-    """Rows of the cartesian product of `grid_axes` values."""
-    return int(np.prod([len(np.atleast_1d(vals[a])) for a in AXES]))
-
-
-def grid_piece(vals: dict, derive, start: int, stop: int):
-    """Rows [start, stop) of `build_grid`'s grid without building the rest (the same row-major
-    cartesian product as `Grid.product`) -> (Grid, reason or None)."""
-    lists = [np.atleast_1d(np.asarray(vals[a], dtype=float)) for a in AXES]
-    codes = np.unravel_index(np.arange(start, stop, dtype=np.int64), [len(x) for x in lists])
-    g = Grid(**{a: x[c] for a, x, c in zip(AXES, lists, codes)})
-    return _derived(g, derive)
-
-
 # ---------------------------------------------------------------------------------------- sweep
 def sweep(
     model=None,
@@ -168,6 +117,7 @@ def sweep(
     require_valid=False,
     chunk_tokens=None,
     request_rate=None,
+    fill_defaults=True,
 ):
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
@@ -226,6 +176,7 @@ class SweepPlan:
     keep_invalid: bool
     require_valid: bool
     total: int
+    defaulted: list = dataclasses.field(default_factory=list)  # axes not given (the default space)
 
 
 def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progress=None, profile=None, **kw):
@@ -233,7 +184,7 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
     count against `MAX_CONFIGS`) is raised here, before any evaluation."""
     base = load_study(study) if study is not None else {}
     keys = ("model", "hardware", "phase", "cost_mode", "expert_skew", "context_dist", "isl", "osl", "set", "axes")
-    st = _merge_study(base, *(kw.get(k) for k in keys))
+    st = _merge_study(base, *(kw.get(k) for k in keys), kw.get("fill_defaults", True))
     st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
     names = ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s", "only_fits")
     flt = resolve_filters(base.get("filters", {}), filters, {k: kw.get(k) for k in names})
@@ -245,8 +196,6 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
         check_inputs(st["isl"], st["osl"], kw.get("chunk_tokens"), kw.get("request_rate"))
-    if st["defaulted"] and all(p == Phase.PREFILL for p in phases):
-        ax["batch"] = list(DEFAULT_PREFILL_BATCH)
     grids = {ph: grid_axes(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
     total = sum(grid_size(grids[ph][0]) for ph in phases) * len(hw_list) * len(overlaps) * len(comms)
     if total > MAX_CONFIGS:
@@ -259,7 +208,7 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
               profile, {"done": 0, "total": total, "cb": progress}, kw.get("chunk_tokens"), kw.get("request_rate"))  # fmt: skip
     blocks = [(m, h, ph, ov, cm) for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms)]
     keep = kw.get("keep_invalid", True)
-    return SweepPlan(blocks, grids, run, flt, keep, bool(kw.get("require_valid")), total)
+    return SweepPlan(blocks, grids, run, flt, keep, bool(kw.get("require_valid")), total, list(st["defaulted"]))
 
 
 def evaluate_plan(plan: SweepPlan):
@@ -269,16 +218,20 @@ def evaluate_plan(plan: SweepPlan):
     frames, notes, built = [], [], {}
     for m, h, ph, ov, cm in plan.blocks:
         if ph not in built:
-            built[ph] = _derived(Grid.product(**plan.grids[ph][0]), plan.grids[ph][1])
+            built[ph] = derived_grid(Grid.product(**plan.grids[ph][0]), plan.grids[ph][1])
         g, derived_reason = built[ph]
         cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, plan.run)
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    return _finish(df, plan.flt, plan.keep_invalid, plan.require_valid, notes, plan.blocks[0][0])
+    df = _finish(df, plan.flt, plan.keep_invalid, plan.require_valid, notes, plan.blocks[0][0])
+    df.attrs["defaulted_axes"] = list(plan.defaulted)  # axes not given, taken from the default space
+    return df
 
 
-def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes) -> dict:
+def _merge_study(
+    base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes, fill
+) -> dict:
     """The study's settings, explicit arguments (not None) winning; the numeric axes default to
     `DEFAULT_AXES` when none is given (``defaulted``)."""
 
@@ -298,11 +251,34 @@ def _merge_study(base, model, hardware, phase, cost_mode, expert_skew, context_d
     }
     ax = dict(base.get("axes", {}))
     ax.update(normalize_axes(axes))
-    st["defaulted"] = not (set(ax) & set(NUMERIC_AXES))
-    if st["defaulted"]:  # no numeric axis at all: the default DeepSeek-V3 space
-        ax = {**normalize_axes(DEFAULT_AXES), **ax}
-    st["axes"] = ax
+    st["defaulted"] = default_axes_for(ax, st["phase"]) if fill else {}
+    st["axes"] = {**st["defaulted"], **ax}
     return st
+
+
+def defaults_not_given(defaults: dict, given: dict) -> dict:
+    """The default axes the user did not give (ep left out when dp is given: it is derived)."""
+    given = normalize_axes(given or {})
+    out = {k: v for k, v in normalize_axes(defaults).items() if k not in given}
+    if "dp" in given:
+        out.pop("ep", None)
+    return out
+
+
+def default_axes_for(given: dict, phase) -> dict:
+    """The rule for axes not given: each numeric axis you give replaces its default; every other one
+    keeps the default DeepSeek-V3 deployment space (`DEFAULT_AXES`), so passing one axis never
+    collapses the rest; the workload axes (context, acceptance) take one value unless given
+    (`PHASE_DEFAULTS`, `SCALAR_DEFAULTS`). Exceptions: ep when dp is given (derived: tp x dp = ep x
+    moe_tp), batch in a prefill-only sweep (`DEFAULT_PREFILL_BATCH`, tokens per DP group), mtp in
+    prefill (no drafts)."""
+    phases = [Phase.parse(p, "phase") for p in (given.get("phase") or parse_values("phase", phase))]
+    out = defaults_not_given(DEFAULT_AXES, given)
+    if all(p == Phase.PREFILL for p in phases):
+        out.pop("mtp", None)
+        if "batch" in out:
+            out["batch"] = list(DEFAULT_PREFILL_BATCH)
+    return out
 
 
 def _categoricals(ax: dict, hardware, phase):
@@ -377,4 +353,14 @@ def _apply_filters(df, flt, keep_invalid=True):
     return df.loc[keep].reset_index(drop=True)
 
 
-__all__ = ["sweep", "load_study", "parse_values", "normalize_axes", "build_grid", "tune_malloc", "DEFAULT_AXES"]
+__all__ = [
+    "sweep",
+    "defaults_not_given",
+    "default_axes_for",
+    "load_study",
+    "parse_values",
+    "normalize_axes",
+    "build_grid",
+    "tune_malloc",
+    "DEFAULT_AXES",
+]

@@ -12,8 +12,9 @@ import dataclasses
 import numpy as np
 
 from moesim.analyses.sweep import STREAM_PIECE_ROWS as PIECE_ROWS
-from moesim.analyses.sweep import SweepPlan, _apply_filters, _derived, grid_piece, grid_size
+from moesim.analyses.sweep import SweepPlan, _apply_filters
 from moesim.analyses.sweep_block import INT_COLUMNS, evaluate_block
+from moesim.analyses.sweep_grid import derived_grid, grid_piece, grid_size
 from moesim.enums import Phase
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_grid
@@ -57,7 +58,7 @@ def int_columns(plan: SweepPlan) -> set:
     out = set(INT_COLUMNS)
     for vals, derive in plan.grids.values():
         lay = {a: vals[a] for a in ("tp", "dp", "ep", "moe_tp")}
-        g, _ = _derived(
+        g, _ = derived_grid(
             Grid.product(**lay, batch=[1.0], context=[1.0], mtp=[0.0], acceptance=[0.0], redundant=[0.0]), derive
         )
         cols = {"tp": g.tp, "dp": g.dp, "ep": g.ep, "moe_tp": g.moe_tp, "gpus": g.tp * g.dp,

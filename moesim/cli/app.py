@@ -3,6 +3,7 @@ Heavy imports (pandas, matplotlib, torch) happen inside commands, never at start
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -144,9 +145,43 @@ def _click_exception_types():
     return tuple(errors), tuple(exits), tuple(aborts)
 
 
+# `moesim sweep ... | head -1`: the reader went away. Exit 1 quietly, as Python's docs recipe does and as
+# rich's Console does for the tables (not 141 = 128 + SIGPIPE: Python ignores SIGPIPE, and one status for both).
+BROKEN_PIPE_STATUS = 1
+
+
+def _stdout_to_devnull() -> None:
+    """Python docs' recipe (library/signal, "Note on SIGPIPE"): point stdout at devnull so the
+    interpreter's final flush does not raise again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _broken_pipe():
+    """The reader of stdout went away (`| head -1`): no traceback, no message, exit 1."""
+    _stdout_to_devnull()
+    sys.exit(BROKEN_PIPE_STATUS)
+
+
+def _os_error(e: OSError):
+    """An OSError outside the file writer (which raises MoesimError): one line naming the file, or
+    standard output when the error names none (stdout on a full disk or /dev/full), and the reason."""
+    where = "cannot write to standard output" if e.filename is None else repr(str(e.filename))
+    try:
+        typer.echo(f"error: {where}: {e.strerror or e}", err=True)
+    except OSError:
+        pass
+    if e.filename is None:
+        _stdout_to_devnull()
+    sys.exit(2)
+
+
 def main(argv=None):
     try:
         rc = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a full disk or a closed pipe is reported below
     except MoesimError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
@@ -155,6 +190,10 @@ def main(argv=None):
         sys.exit(130)
     except SystemExit:
         raise
+    except BrokenPipeError:
+        _broken_pipe()
+    except OSError as e:  # an I/O failure outside the file writer (stdout full, an unreadable input)
+        _os_error(e)
     except Exception as e:  # click usage errors and the like
         click_errors, click_exits, click_aborts = _click_exception_types()
         if isinstance(e, click_aborts):

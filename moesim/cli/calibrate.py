@@ -18,6 +18,7 @@ from moesim.calibration.runners import backends as B
 from moesim.calibration.runners.harness import SHAPE_PRESETS
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.errors import CalibrationError
+from moesim.fsio import resolve_target
 from moesim.specs.data import data_root, data_roots, find_data, write_root
 
 app = typer.Typer(
@@ -181,6 +182,7 @@ def fit_cmd(
     """Fit efficiency curves and alpha-beta parameters; print the cross-validation table."""
     from moesim.calibration import fit as F  # lazy: pandas + scipy (CLI start-up time)
 
+    resolve_target(out)  # a directory or device at --out: refused before the fit, not after it
     parents = [_profile_file(p) for p in parent or []] + list(inherit or [])
     prof = F.fit(csv or [], gpu=gpu, out=out, inherit=parents, folds=folds, device_note=note, engine=engine)
     print_cv_table(prof)

@@ -136,7 +136,6 @@ Out = Annotated[Path | None, typer.Option("--out", help="write the result JSON t
 OutRows = Annotated[
     Path | None, typer.Option("--out", help="write rows to .csv, .parquet (sweep: streamed, grid order) or .json")
 ]
-Figure = Annotated[Path, typer.Option("--out", help="image to write (.png, .svg or .pdf)")]
 EmitLaunch = Annotated[
     bool,
     typer.Option(

@@ -189,6 +189,8 @@ def plan(
     if plot is not None:
         check_figure_suffix(plot, "--plot")
     t = traffic_from_flags(traffic, flags)
+    if plot is not None and t.aggregated is not None:
+        raise ConfigError("--plot: draws the prefill and decode pools; not available with an aggregated pool")
     r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew, engine=engine)
     d = r.to_dict()
     _write_plan(r, d, out, plot)

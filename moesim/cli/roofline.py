@@ -25,18 +25,22 @@ def roofline_cmd(
         ),
     ] = None,
     no_calibration: Annotated[bool, typer.Option("--no-calibration", help="draw no calibration points")] = False,
-    out: O.Figure = Path("roofline.png"),
+    out: Annotated[
+        Path | None, typer.Option("--out", help="draw the figure to this image (.png, .svg or .pdf); none without it")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="also print the points as one JSON object")] = False,
 ):
     """Place one configuration's kernels on the GPU's roofline, with calibration points."""
-    check_figure_suffix(out)
+    if out is not None:
+        check_figure_suffix(out)
     res = roofline(measurements=measurements, calibration=not no_calibration, **O.estimate_kwargs(cfg))
-    draw_roofline(res, out)
+    if out is not None:  # an image only when asked (issue 17)
+        draw_roofline(res, out)
     if json_out:
-        typer.echo(json_text({**res, "out": str(out)}, clean=False))
+        typer.echo(json_text({**res, "out": None if out is None else str(out)}, clean=False))
         return
     typer.echo("\n".join(roofline_lines(res)))
-    typer.echo(f"wrote {out}")
+    typer.echo(f"wrote {out}" if out is not None else "no figure drawn (--out roofline.png draws one)")
 
 
 def register(app: typer.Typer) -> None:

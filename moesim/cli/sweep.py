@@ -130,12 +130,21 @@ def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
     return B.apply_budget(df, total_gpus, gpus_per_node)
 
 
+def space_line(df) -> str:
+    """'space: N configurations ...': the size of the cartesian product evaluated, and which axes
+    were not given and so kept the default space (the rule of `analyses.sweep.default_axes_for`)."""
+    n = df.attrs.get("evaluated", {}).get("configurations", len(df))
+    dflt = df.attrs.get("defaulted_axes") or []
+    how = f"; not given, so the default space: {', '.join(dflt)} (pass an axis to fix it)" if dflt else ""
+    return f"space: {n:,} configurations{how}"
+
+
 def searched_lines(df, row, ranked: bool = True) -> str:
     """'searched: tp 1,2; ...' (the numeric axes as evaluated) and edge flags of the best row."""
     ax = df.attrs.get("axis_values")  # a streamed sweep: the whole sweep's values, df its top rows
     if ax is None:
         ax = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns and len(df)}
-    lines = [f"searched: {B.searched(ax)}"]
+    lines = [f"searched: {B.searched(ax)}", space_line(df)]
     b = df.attrs.get("budget")
     if b:
         lines.append(

@@ -102,6 +102,7 @@ class Digest:
         top.attrs["notes"] = list(self.notes)
         top.attrs["filters"] = {k: v for k, v in plan.flt.items() if v is not None and v is not False}
         top.attrs["units"] = dict(UNITS)
+        top.attrs["defaulted_axes"] = list(plan.defaulted)
         top.attrs["rows"] = {**self.rows, "engines": sorted(map(str, self.engines))}
         top.attrs["constants"] = {k: (v[0] is not MULTI, v[0], v[1]) for k, v in self.const.items()}
         top.attrs["axis_values"] = {k: sorted(v) for k, v in self.axis_values.items() if v}

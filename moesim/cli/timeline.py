@@ -58,20 +58,27 @@ def timeline_block(
 @O.shared("cfg", timeline_block)
 def timeline(
     cfg: dict,
-    out: Annotated[Path, typer.Option("--out", help="PNG or SVG")] = Path("timeline.png"),
+    out: Annotated[
+        Path | None, typer.Option("--out", help="draw the chart to this image (.png, .svg or .pdf); none without it")
+    ] = None,
     json_out: O.Json = False,
 ):
     """Two-stream Gantt chart of one MoE layer (compute vs comm, per micro-batch)."""
     from moesim.report.plots import plot_timeline  # lazy: matplotlib only when drawing
 
-    check_figure_suffix(out)
+    if out is not None:
+        check_figure_suffix(out)
     _check_micro_batches(cfg["phase"], cfg["overlap"], cfg["batch"])
     tl = layer_timeline(**O.estimate_kwargs(cfg))
-    plot_timeline(tl, out)
+    if out is not None:  # an image only when asked (issue 17)
+        plot_timeline(tl, out)
     if json_out:
         typer.echo(json_text(tl, clean=False))
     else:
-        typer.echo(f"{tl['title']}\nwrote {out}")
+        typer.echo(
+            f"{tl['title']}\n"
+            + (f"wrote {out}" if out is not None else "no chart drawn (--out timeline.png draws one)")
+        )
 
 
 def register(app: typer.Typer) -> None:

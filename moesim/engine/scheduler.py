@@ -31,8 +31,18 @@ clients (what benchmark tools run): lam = N / (TTFT + OSL x TPOT) (Little's law)
 bisection on arrays (the right side falls as lam grows). A closed-loop arrival sees the other N - 1
 clients only (arrival theorem, Reiser & Lavenberg 1980): u and the prefill rate it sees scale by
 (N - 1) / N, and the decode step is busy when one of the N - 1 others decodes; at N = 1 there is
-no queueing and no interruption (TPOT = the decode step). Only means: M/G/1 gives no closed-form
-p90 for this priority queue.
+no queueing and no interruption (TPOT = the decode step).
+
+p90 TTFT: the priority queue has no closed-form waiting-time distribution, so the wait takes the
+exponential-tail approximation with the exact mean and the exact probability of waiting
+(p_w = P(a pass is in flight on arrival), PASTA / arrival theorem):
+
+    P(W > t) = p_w exp(-p_w t / E[W])    ->    W_p90 = E[W] / p_w x ln(p_w / 0.1)  (0 if p_w <= 0.1)
+    TTFT_p90 = W_p90 + the prompt's own passes (deterministic)
+
+exact for M/M/1 (waiting time: an atom 1 - rho at 0 and an exponential tail of mean E[W] / rho),
+and the M/G/1 tail is asymptotically exponential (Cramer-Lundberg; Kingman 1962 in heavy
+traffic); for near-deterministic passes (M/D/1) it overstates the tail a little. TPOT: means only.
 """
 
 from __future__ import annotations
@@ -100,7 +110,8 @@ def _busy(in_decode, n, dp):
 
 
 def _rates(lam, p: Prices, isl, osl, n):
-    """(TTFT, TPOT, u, W, own, U) at request rate lam per DP group; n = concurrency (closed) or None (open)."""
+    """(TTFT, TPOT, u, W, own, U, p_w) at request rate lam per DP group; n = concurrency (closed) or
+    None (open); p_w = the probability that an arrival waits (a pass in flight)."""
     g = 1.0 if n is None else np.maximum(n - 1.0, 0.0) / n  # share of the load an arrival sees (arrival theorem)
     n_p = lam * isl / p.T
     u = n_p * p.D
@@ -112,13 +123,22 @@ def _rates(lam, p: Prices, isl, osl, n):
     tpot = np.where(ug < 1.0, 1.0 / (p.a * np.maximum(steps, 1e-300)), np.inf)
     in_decode = lam * osl * np.where(np.isfinite(tpot), tpot, 0.0)  # requests decoding per rank (Little)
     busy = _busy(in_decode, n, p.dp)
+    p_wait = np.minimum(any_ + np.minimum(busy, 1.0 - any_), 1.0)
     residual = 0.5 * (any_ * p.D + np.minimum(busy, 1.0 - any_) * p.t_d)
     with np.errstate(divide="ignore", invalid="ignore"):
         wait = np.where(ug < 1.0, residual / (1.0 - ug), np.inf)
     # a prompt longer than the budget takes ISL / budget passes of D, the last one partial
     # (proportional to its tokens: between that and ceil(ISL / budget) full passes)
     own = np.maximum(1.0, isl / p.budget) * p.D
-    return wait + own, tpot, u, wait, own, any_
+    return wait + own, tpot, u, wait, own, any_, p_wait
+
+
+def wait_p90(mean_wait, p_wait):
+    """90th percentile of the wait under P(W > t) = p_w exp(-p_w t / E[W]) (module doc)."""
+    p = np.asarray(p_wait, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.asarray(mean_wait, float) / p * np.log(p / 0.1)
+    return np.where(p > 0.1, w, 0.0)
 
 
 @dataclass
@@ -134,6 +154,7 @@ class Solution:
     stable: np.ndarray
     any_share: np.ndarray  # time share of the passes in which any DP rank prefills
     dp: np.ndarray = 1.0  # DP ranks in lock step
+    ttft_p90_s: np.ndarray = np.nan  # exponential-tail approximation of the wait (module doc) + own passes
 
     @property
     def ranks_prefilling(self):
@@ -147,7 +168,7 @@ def solve(p: Prices, isl: float, osl: float, *, concurrency=None, rate=None, ite
     """Closed loop (concurrency: clients per DP group) or open loop (rate: requests/s per DP group)."""
     if concurrency is not None:
         n = np.asarray(concurrency, float)
-        _, tpot0, _, _, own0, _ = _rates(np.zeros_like(n), p, isl, osl, n)
+        _, tpot0, _, _, own0, *_ = _rates(np.zeros_like(n), p, isl, osl, n)
         hi = n / (own0 + osl * tpot0)  # TTFT >= own passes, TPOT >= its value without load
         hi = np.minimum(hi, p.T / (isl * p.D) * (1.0 - 1e-12))  # a rank prefills < 100% of the time
         lo = np.zeros_like(n)
@@ -160,14 +181,15 @@ def solve(p: Prices, isl: float, osl: float, *, concurrency=None, rate=None, ite
     else:
         n = None
         lam = np.asarray(rate, float) * np.ones_like(p.t_d)
-    ttft, tpot, u, wait, own, any_ = _rates(lam, p, isl, osl, n)
+    ttft, tpot, u, wait, own, any_, p_wait = _rates(lam, p, isl, osl, n)
     in_decode = lam * osl * tpot
     share = 1.0 if n is None else np.maximum(n - 1.0, 0.0) / n
     others = in_decode if n is None else np.maximum(n - 1.0, 0.0) * np.minimum(in_decode / n, 1.0)
     queued = lam * wait * share
     next_T = np.minimum((1.0 + queued) * isl, p.budget)
     stable = np.isfinite(ttft) & np.isfinite(tpot) & (u < 1.0)
-    return Solution(lam, ttft, tpot, u, wait, own, 1.0 + others, next_T, stable, any_, np.asarray(p.dp, float))
+    p90 = np.where(np.isfinite(wait), wait_p90(wait, p_wait) + own, np.inf)
+    return Solution(lam, ttft, tpot, u, wait, own, 1.0 + others, next_T, stable, any_, np.asarray(p.dp, float), p90)
 
 
-__all__ = ["Prices", "Solution", "solve", "default_budget_tokens", "fused", "scheduler_name"]
+__all__ = ["Prices", "Solution", "solve", "wait_p90", "default_budget_tokens", "fused", "scheduler_name"]

@@ -55,6 +55,25 @@ def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
 
+def inter_node_allreduce_terms(n, domain, message_bytes, nic_Bps, nic_latency_s):
+    """(alpha_s, wire_s) of the inter-node part of a hierarchical all-reduce over n > domain ranks
+    (2D / hierarchical all-reduce: intra-node reduce-scatter over NVLink, an all-reduce of each
+    rank's 1/local shard across the nodes over its own NIC (one ring per rail), intra-node
+    all-gather; NCCL's ring over nodes sends each shard through the NICs the same way, tuning.cc:
+    the net hops carry the latency hwLat[NET], the NVLink hops the intra latency). The intra-node
+    halves are the single-node all-reduce of the full message on local = domain ranks (its
+    reduce-scatter + all-gather); this adds the inter-node ring over `nodes` ranks:
+        2 (nodes - 1) steps x the NIC latency (hardware spec rdma_latency_us)
+        + 2 (nodes - 1) / nodes x (M / local) bytes over one NIC per GPU.
+    Zero where n <= domain (one NVLink domain)."""
+    n = np.asarray(n, float)
+    local = np.minimum(n, float(domain))
+    nodes = np.ceil(n / local)
+    steps = 2.0 * (nodes - 1.0)
+    shard = np.asarray(message_bytes, float) / local
+    return steps * nic_latency_s, steps / nodes * shard / nic_Bps
+
+
 # NCCL's three protocols (NCCL src/graph/tuning.cc: every (algorithm, protocol) has a latency
 # baseLat + nsteps * hwLat and a bus bandwidth; LL sends 8 B of flag per 8 B of data, LL128 8 B per
 # 120 B, Simple whole chunks behind a fence), and NVLS (NVSwitch multicast reduction, SM90+).
@@ -103,13 +122,15 @@ def custom_ar_terms(p: dict, n, message_bytes, ring_bytes, link_Bps):
     return _fastest(alphas, wires)
 
 
-def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps):
+def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps, custom=True):
     """(alpha_s, wire_s) priced by a timed collectives entry (`nccl_proto` / `collective_v2`) and
     its `custom` backends: a custom all-reduce replaces NCCL up to its `max_bytes` where faster
     (the engine's size switch). NVLS where a nccl_proto entry allows it: engines all-reduce
-    16-bit activations."""
+    16-bit activations. custom=False: NCCL only (the engines' custom all-reduce is single-node:
+    vLLM / SGLang CustomAllreduce is disabled when the group spans nodes)."""
     best = None
-    for ce, cap in [(e, None)] + [(c, c["max_bytes"]) for c in (e.get("custom") or {}).values()]:
+    customs = (e.get("custom") or {}).values() if custom else ()
+    for ce, cap in [(e, None)] + [(c, c["max_bytes"]) for c in customs]:
         p, model = ce["params"], ce.get("model", e["model"])
         if model == NCCL_PROTO:
             a, w = nccl_proto_terms(p, op, n, message_bytes, ring_bytes, link_Bps)

@@ -15,9 +15,10 @@ import numpy as np
 
 from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
-from moesim.perf.collectives import a2a_wire_s, collective_terms
+from moesim.perf.collectives import a2a_wire_s, collective_terms, inter_node_allreduce_terms
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
+from moesim.workload.comm import ring_allreduce_bytes
 from moesim.workload.ops import OpWork
 
 
@@ -161,28 +162,44 @@ class CostModel:
                     prov = Provenance.FITTED.value
             net = a2a_wire_s(rdma, nvl, rdma_bw, nvl_bw)  # no NVLink: all over the NIC
         else:
-            # all-reduce / all-gather over NVLink inside one domain, else over RDMA; NCCL picks ring or
-            # one-shot/LL, the faster (NCCL tuning model; moesim.perf.collectives.collective_terms)
-            inside = group <= hw.domain_gpus
-            bw = np.where(
-                inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0), hw.rdma_Bps(achievable)
-            )
-            lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
             msg = np.asarray(op.shape.get("bytes", 0.0), float)
-            alpha, wire = collective_terms(op.comm_op, group, msg, nvl + rdma, lat, bw)
-            timed = (
-                None if self.profile is None else self.profile.collective_time(op.comm_op, group, msg, nvl + rdma, bw)
-            )
-            if timed is not None:  # collective_v2: fitted per-step latency, NCCL or the engine's custom AR
-                return self._comm_cost(op, timed[0] + timed[1], timed[0], rdma + nvl, Provenance.FITTED.value)
-            if self.profile is not None:
-                params = self.profile.collective_params(op.comm_op)
-                if params is not None:
-                    a0, eff = params
-                    alpha, bw = alpha + a0, bw * eff
-                    prov = Provenance.FITTED.value
-            net = wire / bw
+            alpha, net, prov = self._collective(op.comm_op, group, msg, nvl + rdma, achievable)
         return self._comm_cost(op, np.asarray(net, float) + alpha, alpha, rdma + nvl, prov)
+
+    def _collective(self, comm_op, group, msg, ring_bytes, achievable):
+        """(alpha_s, wire_s, provenance) of an all-reduce / all-gather. Inside one NVLink domain:
+        NCCL picks ring or one-shot/LL, the faster (NCCL tuning model;
+        moesim.perf.collectives.collective_terms), or the profile's fitted entry. An all-reduce over
+        several domains is hierarchical (collectives.inter_node_allreduce_terms): the single-domain
+        NCCL all-reduce on the local ranks (its reduce-scatter + all-gather; no custom all-reduce,
+        single-node only) plus the inter-node ring over the NICs (spec bandwidth and latency)."""
+        hw = self.hw
+        multi = (comm_op == "all_reduce") & (group > hw.domain_gpus)
+        extra_a = extra_w = 0.0
+        if np.any(multi):
+            local = np.minimum(group, float(hw.domain_gpus))
+            ring_bytes = np.where(multi, ring_allreduce_bytes(local, msg), ring_bytes)
+            nic = hw.rdma_Bps(achievable) * hw.nics_per_gpu
+            extra_a, extra_w = inter_node_allreduce_terms(group, hw.domain_gpus, msg, nic, hw.rdma_latency_s)
+            group = local
+        inside = group <= hw.domain_gpus
+        bw = np.where(inside & (hw.nvlink_bw_GBps > 0), max(hw.nvlink_Bps(achievable), 1.0), hw.rdma_Bps(achievable))
+        lat = np.where(inside, hw.nvlink_latency_s, hw.rdma_latency_s)
+        alpha, wire = collective_terms(comm_op, group, msg, ring_bytes, lat, bw)
+        prov = Provenance.ROOFLINE.value
+        timed = None if self.profile is None else self.profile.collective_time(comm_op, group, msg, ring_bytes, bw)
+        if timed is not None and np.any(multi):  # NCCL only where the group spans nodes
+            nccl = self.profile.collective_time(comm_op, group, msg, ring_bytes, bw, custom=False)
+            timed = (np.where(multi, nccl[0], timed[0]), np.where(multi, nccl[1], timed[1]))
+        if timed is not None:  # collective_v2 / nccl_proto: fitted per-step latency, NCCL or the engine's custom AR
+            return timed[0] + extra_a, timed[1] + extra_w, Provenance.FITTED.value
+        if self.profile is not None:
+            params = self.profile.collective_params(comm_op)
+            if params is not None:
+                a0, eff = params
+                alpha, bw = alpha + a0, bw * eff
+                prov = Provenance.FITTED.value
+        return alpha + extra_a, wire / bw + extra_w, prov
 
     def _deepep_time(self, op: OpWork, mode, rdma, nvl):
         """The profile's deepep_v2 (alpha_s, wire_s) of an all-to-all op, or None (other models)."""

@@ -54,6 +54,7 @@ def _aggregated_lines(r, a):
     lines = [
         f"aggregated best  {_cfg(a, 'requests/DP group')}, context {a['context']:g}: {a['tokens_per_s_per_gpu']:,.0f} "
         f"output tok/s/GPU, TPOT {a['tpot_s'] * 1e3:.1f} ms, TTFT {a['ttft_s'] * 1e3:,.1f} ms "
+        f"(p90 {a.get('ttft_p90_s', float('nan')) * 1e3:,.1f} ms) "
         f"({a.get('scheduler', 'mixed')}: prefill passes of {a['prefill_chunk_tokens']:,.0f} tokens, "
         f"{a.get('prefill_share', float('nan')) * 100:.1f}% of the time)"
     ]

@@ -97,7 +97,7 @@ def _mixed_lines(cfg, f) -> list[str]:
     """Aggregated serving: TTFT and its parts, the scheduler and the load (moesim.engine.serving)."""
     return [
         f"TTFT             {U.fmt_time(f('ttft_s'))}   (wait {U.fmt_time(f('ttft_queue_s'))} + own prefill passes "
-        f"{U.fmt_time(f('ttft_prefill_s'))})",
+        f"{U.fmt_time(f('ttft_prefill_s'))}; p90 {U.fmt_time(f('ttft_p90_s'))})",
         f"serving          {cfg['scheduler']} ({cfg['engine']}), {cfg['load']} loop: {f('request_rate_per_s'):,.3g} "
         f"requests/s, {f('concurrency'):,.3g} concurrent/DP group, decode batch {f('decode_batch'):,.3g}, "
         f"prefill {f('prefill_share') * 100:.1f}% of the time (any DP rank: {f('prefill_pass_share') * 100:.1f}%)",

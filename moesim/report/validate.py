@@ -1,17 +1,20 @@
-"""`moesim validate` report: the predictions-vs-published table (terminal) and the markdown report
-with its parity plot (`--out`)."""
+"""`moesim validate` report: the predictions-vs-published table (terminal), the markdown report and
+the parity plot. One `--out` is one file, its kind from the suffix (REPORT_SUFFIXES)."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from moesim.errors import ConfigError
 from moesim.report.plots import plot_parity
-from moesim.report.writer import write_text
+from moesim.report.writer import FIGURE_SUFFIXES, write_text
 
+REPORT_SUFFIXES = (".md", *FIGURE_SUFFIXES)
 COLUMNS = ("case", "class", "metric", "predicted", "published", "error", "tolerance", "result")
 
 
@@ -48,11 +51,19 @@ def print_validate(checks, summ) -> None:
     con.print(f"summary: {len(checks) - n_fail}/{len(checks)} checks within tolerance")
 
 
-def write_report(checks, summ, out: Path) -> None:
-    """Markdown table of every check and per-class summary, and the parity plot beside it (.png)."""
+def check_report_suffix(out, flag: str = "--out", allowed=REPORT_SUFFIXES) -> None:
+    """A clean error before any work when ``out``'s suffix is not one ``validate`` writes."""
+    if out is not None and Path(out).suffix.lower() not in allowed:
+        raise ConfigError(f"{flag}: {Path(out).name!r} has no known extension; allowed: {', '.join(allowed)}")
 
-    png = out.with_suffix(".png")
-    plot_parity(checks, png)
+
+def write_report(checks, summ, out: Path, plot: Path | None = None) -> None:
+    """``out`` by its suffix: .md the markdown table of every check and per-class summary (linking
+    to ``plot`` when one is drawn), .png/.svg/.pdf the parity plot. One file per flag."""
+    out = Path(out)
+    if out.suffix.lower() != ".md":
+        plot_parity(checks, out)
+        return
     lines = [
         "# moesim validation report",
         "",
@@ -69,5 +80,6 @@ def write_report(checks, summ, out: Path) -> None:
         lines.append(
             f"| {cls} | {s['checks']} | {s['passed']} | {_pct(s['median_abs_error'])} | {_pct(s['max_abs_error'])} |"
         )
-    lines += ["", f"![parity plot]({png.name})", ""]
-    write_text("\n".join(lines), out, allowed=".md path")
+    if plot is not None:
+        lines += ["", f"![parity plot]({Path(os.path.relpath(Path(plot).resolve(), out.resolve().parent)).as_posix()})"]
+    write_text("\n".join([*lines, ""]), out, allowed=".md path")

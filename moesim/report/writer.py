@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from moesim.errors import ConfigError
-from moesim.fsio import atomic_write_via
+from moesim.fsio import OutputError, atomic_write_via
 from moesim.units import jsonable
 
 FRAME_SUFFIXES = (".csv", ".parquet", ".json")
@@ -29,14 +29,13 @@ def json_text(obj, *, indent: int | None = 2, clean: bool = True) -> str:
 
 
 def atomic_write(out, write: Callable[[Path], object], *, flag: str = "--out", allowed: str) -> Path:
-    """``write(tmp)`` beside ``out``, then moved onto it (moesim.fsio.atomic_write_via); an OSError
-    becomes one ConfigError line naming the flag and what is allowed."""
+    """``write(tmp)`` beside ``out``, then moved onto it (moesim.fsio.atomic_write_via: regular files
+    only, symlinks written through, mode kept, one writer per path); a failure becomes one ConfigError
+    line naming the flag, the path, the reason and what is allowed."""
     try:
         return atomic_write_via(out, write)
-    except OSError as e:
-        raise ConfigError(
-            f"{flag}: cannot write {str(out)!r} ({e.strerror or e}); allowed: a writable {allowed}"
-        ) from None
+    except OutputError as e:
+        raise ConfigError(f"{flag}: cannot write {str(out)!r} ({e.reason}); allowed: a writable {allowed}") from None
 
 
 def write_text(text: str, out, *, flag: str = "--out", allowed: str = "file path") -> Path:

@@ -38,14 +38,15 @@ STUDY_KEYS = (
     "isl",
     "osl",
 )
-# `moesim sweep` with no axis flags: the DeepSeek-V3 decode space of seeds 002-004.
+# The deployment axes a sweep searches when not given: the DeepSeek-V3 decode space of seeds 002-004.
+# The workload axes (context, acceptance) are not searched unless given: they take the phase's one
+# value (context 4096 tokens, or isl + osl/2 in mixed; acceptance 0.8), since a ranking or frontier
+# across contexts would compare different workloads, not deployments.
 DEFAULT_AXES = {
     "tp": [1, 2, 4, 8],
     "ep": [8, 16, 32, 64, 128, 144, 256],
     "batch": [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
-    "context": [2048, 4096, 8192],
     "mtp": [0, 1],
-    "acceptance": [0.8],
     "redundant": [0, 32],
 }
 DEFAULT_PREFILL_BATCH = [1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0]  # tokens per DP group

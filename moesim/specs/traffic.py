@@ -27,6 +27,10 @@ YAML layout (every key optional except the token volumes)::
     prefill: {ep: 32, dp: 32, tp: 1, batch_tokens: 16384, redundant_experts: 32, overlap: two-batch}
     decode: {ep: 144, dp: 144, tp: 1, mtp: 1, acceptance: 0.8, max_batch: 512, redundant_experts: 32,
              overlap: five-stage}
+    aggregated: {tp: 8, ep: 8, dp: 1, mtp: 0, max_batch: 256}   # optional: ONE aggregated pool
+                                   # (prefill and decode on the same GPUs, the engine's scheduler;
+                                   # max_batch = most concurrent requests per DP group swept)
+                                   # instead of the prefill and decode pools
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Traffic:
     usd_per_million: Prices | None = None  # None: no revenue / margin
     prefill: PrefillPool = field(default_factory=PrefillPool)
     decode: DecodePool = field(default_factory=DecodePool)
+    aggregated: DecodePool | None = None  # one aggregated pool (prefill + decode) instead of the two
     name: str = ""
     source: str = ""
 
@@ -158,6 +163,8 @@ class Traffic:
         }
         d["prefill"] = {f.name: getattr(self.prefill, f.name) for f in fields(PrefillPool)}
         d["decode"] = {f.name: getattr(self.decode, f.name) for f in fields(DecodePool)}
+        if self.aggregated is not None:
+            d["aggregated"] = {f.name: getattr(self.aggregated, f.name) for f in fields(DecodePool)}
         return d
 
     @classmethod
@@ -179,6 +186,7 @@ TOP_KEYS = (
         "prices",
         "prefill",
         "decode",
+        "aggregated",
         "name",
         "source",
         "description",
@@ -204,6 +212,10 @@ def traffic_from_dict(d: dict, *, file: str | None = None) -> Traffic:
     gpu_price, prices = _prices(where, d.get("prices"))
     prefill = pool_from_dict(PrefillPool, where, "prefill", d.get("prefill"), OVERLAPS_PREFILL)
     decode = pool_from_dict(DecodePool, where, "decode", d.get("decode"), OVERLAPS_DECODE)
+    agg = d.get("aggregated")
+    if isinstance(agg, dict):  # the decode default (five-stage) is decode-only: the engine's choice here
+        agg = {"overlap": "auto", **agg}
+    agg = None if agg is None else pool_from_dict(DecodePool, where, "aggregated", agg, OVERLAPS_DECODE)
     for k in ("name", "source", "description"):
         if d.get(k) is not None and not isinstance(d.get(k), str):
             raise ConfigError(f"{where}{k}: must be a string")
@@ -224,6 +236,7 @@ def traffic_from_dict(d: dict, *, file: str | None = None) -> Traffic:
         usd_per_million=prices,
         prefill=prefill,
         decode=decode,
+        aggregated=agg,
         name=d.get("name") or "",
         source=d.get("source") or "",
     )

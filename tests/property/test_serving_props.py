@@ -164,3 +164,29 @@ def test_dp_lock_step_interrupts_more():
     assert eight.tpot_s[0] > one.tpot_s[0] and eight.ttft_s[0] >= one.ttft_s[0]
     assert eight.any_share[0] == pytest.approx(1 - (1 - one.u[0]) ** 8)
     assert 1.0 <= eight.ranks_prefilling[0] <= 8.0
+
+
+def test_wait_p90_is_the_mm1_quantile():
+    """The exponential-tail approximation is exact for M/M/1: P(W > t) = rho exp(-mu (1 - rho) t),
+    so W_p90 = ln(10 rho) / (mu (1 - rho)); no wait at all below P(wait) = 0.1."""
+    mu, rho = 20.0, np.array([0.05, 0.3, 0.6, 0.9])
+    mean = rho / (mu * (1 - rho))
+    exact = np.where(rho > 0.1, np.log(10 * rho) / (mu * (1 - rho)), 0.0)
+    np.testing.assert_allclose(S.wait_p90(mean, rho), exact, rtol=1e-12)
+
+
+def test_ttft_p90_monotone_in_load():
+    """p90 TTFT >= the prompt's own passes and never falls as the load rises: open loop over the
+    request rate (fixed passes) and closed loop over the concurrency (passes re-priced)."""
+    p = S.Prices(np.full(6, 0.02), np.full(6, 0.08), np.full(6, 1000.0), np.full(6, 8192.0), np.ones(6), False)
+    rates = np.array([0.01, 0.5, 1.0, 2.0, 4.0, 6.0])
+    sols = [S.solve(S.Prices(p.t_d[:1], p.D[:1], p.T[:1], p.budget[:1], p.a[:1], False), 1000.0, 200.0, rate=r)
+            for r in rates]  # fmt: skip
+    p90 = np.array([s.ttft_p90_s[0] for s in sols])
+    assert all(s.stable[0] for s in sols)
+    assert (np.diff(p90) >= -1e-12).all() and p90[-1] > p90[0]
+    assert (p90 >= np.array([s.own_s[0] for s in sols]) * (1 - 1e-12)).all()
+    m, h = _specs()
+    v = serve(m, h, _grid([1, 4, 16, 64, 128], context=1536.0), isl=1024, osl=1024, engine="sglang").values
+    assert v["ttft_p90_s"][0] == pytest.approx(v["ttft_prefill_s"][0])  # one client: nobody to wait for
+    assert (np.diff(v["ttft_p90_s"]) >= 0).all() and (v["ttft_p90_s"] >= v["ttft_prefill_s"]).all()

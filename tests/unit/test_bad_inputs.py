@@ -292,6 +292,12 @@ CASES = [
     # --- output paths
     cli("out-missing-dir", "estimate --out /nonexistent/dir/x.json", "--out", "writable"),
     cli("out-directory", "estimate --out {adir}", "--out", "writable"),
+    cli("out-device", "estimate --out /dev/null", "--out", "/dev/null", "character device", "not a regular file"),
+    cli("sweep-out-directory", "sweep --ep 8 --batch 1 --out {adir}", "--out", ".csv"),
+    cli("sweep-out-missing-dir", "sweep --ep 8 --batch 1 --out /nonexistent/x.csv", "/nonexistent", "does not exist"),
+    cli("fit-out-directory", "calibrate fit {cal_header} --gpu h800 --out {adir}", "is a directory"),
+    cli("validate-out-suffix", "validate --out {adir}/v.txt", "--out", ".md", ".png"),
+    cli("timeline-out-suffix", "timeline --json --out {adir}/t.txt", "--out", ".png"),
     # --- sweep / pareto
     cli("sweep-batch-nan", "sweep --ep 8 --batch nan", "batch", "(0, 1e9]"),
     cli("sweep-batch-1e15", "sweep --ep 8 --batch 1e15", "batch", "(0, 1e9]"),

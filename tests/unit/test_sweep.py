@@ -8,7 +8,7 @@ import pytest
 from moesim.analyses.sweep import sweep
 from moesim.api import estimate
 from moesim.errors import ConfigError, MoesimError
-from moesim.specs.study import load_study, parse_values
+from moesim.specs.study import DEFAULT_AXES, DEFAULT_PREFILL_BATCH, load_study, parse_values
 from tests.conftest import run_cli
 
 METRICS = (
@@ -181,7 +181,10 @@ def test_invalid_rows_masked_with_reasons(decode_df):
     assert not d2["valid"].any()
     assert d2["reason"].iloc[0].startswith("dp: ep x moe_tp must be a multiple of tp")
     d3 = sweep(
-        hardware="h800", phase=["decode", "prefill"], axes={"ep": [32], "batch": [64], "overlap": ["five-stage"]}
+        hardware="h800",
+        phase=["decode", "prefill"],
+        axes={"ep": [32], "batch": [64], "overlap": ["five-stage"]},
+        fill_defaults=False,
     )
     assert d3.set_index("phase").loc["decode", "valid"]
     pre = d3.set_index("phase").loc["prefill"]
@@ -189,9 +192,27 @@ def test_invalid_rows_masked_with_reasons(decode_df):
 
 
 def test_derive_ep_from_dp():
-    df = sweep(hardware="h800", axes={"tp": [1, 2], "dp": [8, 16], "batch": [8]})
+    df = sweep(hardware="h800", axes={"tp": [1, 2], "dp": [8, 16], "batch": [8]}, fill_defaults=False)
     assert list(df["ep"]) == [8, 16, 16, 32]
     assert df["valid"].all()
+
+
+def test_one_axis_does_not_collapse_the_others():
+    """The rule: an axis given replaces its default; the others keep the default space (ep is
+    derived, not defaulted, when dp is given; a prefill-only sweep defaults batch to prefill tokens)."""
+    df = sweep(hardware="h800", axes={"batch": [64]})
+    assert set(df["batch"]) == {64}
+    for axis, values in DEFAULT_AXES.items():
+        if axis != "batch":
+            assert set(df[axis]) == set(values), axis
+    assert len(df) == np.prod([len(v) for k, v in DEFAULT_AXES.items() if k != "batch"])
+    assert set(df["context"]) == {4096} and set(df["acceptance"]) == {0.8}  # workload: one value
+    dp = sweep(hardware="h800", axes={"dp": [8], "tp": [1, 2], "batch": [8], "mtp": [0]})
+    assert sorted(dp["ep"]) == [8, 8, 16, 16]  # ep derived from tp x dp (x redundant 0, 32)
+    pre = sweep(hardware="h800", phase="prefill", axes={"ep": [32], "tp": [1]})
+    assert set(pre["batch"]) == set(DEFAULT_PREFILL_BATCH) and set(pre["mtp"]) == {0}
+    one = sweep(hardware="h800", axes={"batch": [64]}, fill_defaults=False)
+    assert len(one) == 1  # the API's opt-out: exactly the axes given
 
 
 def test_chunking_and_progress_do_not_change_results():
@@ -243,10 +264,10 @@ def test_study_yaml(tmp_path):
     df = sweep(study=p)
     ref = sweep(
         hardware="h200",
-        axes={"ep": [8], "tp": [1, 8], "batch": [1, 2, 4], "context": [5000], "mtp": [1]},
+        axes={"ep": [8], "tp": [1, 8], "batch": [1, 2, 4], "context": [5000], "mtp": [1], "redundant": [0, 32]},
         only_fits=True,
     )
-    assert len(df) == 6 and np.allclose(df["step_time_s"], ref["step_time_s"])
+    assert len(df) == 12 and np.allclose(df["step_time_s"], ref["step_time_s"])
     assert (sweep(study=p, hardware="h800")["hardware"] == "h800").all()  # explicit arguments win
     cases = {
         "bogus: 1\n": "unknown key 'bogus'",
@@ -318,8 +339,8 @@ def test_cli_sweep_pareto_disagg(tmp_path):
     assert p.returncode == 0, p.stderr
     import pandas as pd
 
-    assert len(pd.read_csv(out)) == 16
-    assert "tok/s/GPU" in p.stdout
+    assert len(pd.read_csv(out)) == 16 * 4  # x the default mtp (2), redundant (2)
+    assert "tok/s/GPU" in p.stdout and "space: 64 configurations" in p.stdout
     png = tmp_path / "f.png"
     p = run_cli(
         "pareto",

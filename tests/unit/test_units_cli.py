@@ -91,13 +91,27 @@ def test_implausible_bare_time_is_one_line_error_with_fix(argv, needles):
 
 def test_time_units_reach_the_filter_and_the_output():
     """--max-tpot 30ms == --max-tpot 0.03 (same rows); the summary prints the filter in ms."""
-    base = ["sweep", "--ep", "8,16,32,64", "--batch", "16,64", "--context", "2048"]
+    base = [
+        "sweep",
+        "--ep",
+        "8,16,32,64",
+        "--batch",
+        "16,64",
+        "--context",
+        "2048",
+        "--tp",
+        "1",
+        "--mtp",
+        "0",
+        "--redundant",
+        "0",
+    ]
     code, with_unit, _ = run(*base, "--max-tpot", "30ms")
     assert code == 0
     code, bare, _ = run(*base, "--max-tpot", "0.03")
     assert code == 0
     elapsed = re.compile(r" in \d+\.\d+ s")  # the summary's elapsed time differs run to run
-    assert elapsed.sub("", with_unit) == elapsed.sub("", bare)
+    assert elapsed.sub("", with_unit).strip() == elapsed.sub("", bare).strip()
     assert "filters: TPOT <= 30.00 ms" in with_unit
     _, loose, _ = run(*base, "--max-tpot", "1s")
     assert "filters: TPOT <= 1.000 s" in loose
@@ -154,7 +168,10 @@ def test_report_text_is_not_read_as_markup():
         (["estimate", "--ep", "144"], ["add --redundant-experts 32 (288 = 2 x 144)", "--ep 128"]),
         (["estimate", "--ep", "144", "--redundant-experts", "10"], ["add --redundant-experts 32"]),
         (["estimate", "--ep", "100"], ["add --redundant-experts 44 (300 = 3 x 100)", "--ep 64"]),
-        (["sweep", "--ep", "144"], ["none of the 1 configurations", "add --redundant-experts 32"]),
+        (
+            ["sweep", "--ep", "144", "--redundant-experts", "0", "--tp", "1", "--mtp", "0"],
+            ["none of the 13 configurations", "add --redundant-experts 32"],
+        ),
     ],
 )
 def test_ep_that_does_not_divide_the_experts_suggests_redundant_experts(argv, needles):

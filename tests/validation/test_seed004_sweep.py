@@ -36,6 +36,7 @@ def test_seed004_single_node_memory(seed_cases):
         c["phase"],
         {"ep": [c["ep"]], "dp": [c["dp"]], "tp": [c["tp"]], "batch": BATCH, "context": [c["context"]]},
         cost_mode="calibrated",
+        fill_defaults=False,  # the case's grid, whole
     )
     assert df["valid"].all()
     row128 = df[df["batch"] == 128].iloc[0]
@@ -63,6 +64,7 @@ def test_seed004_latency_corner(seed_cases):
             "acceptance": [c["acceptance"]],
         },
         cost_mode=c["cost_mode"],
+        fill_defaults=False,  # the case's grid, whole
     )
     row = df[(df["tp"] == c["tp"]) & (df["dp"] == c["dp"]) & (df["batch"] == c["batch"])]
     assert len(row) == 1 and row["valid"].iloc[0] and row["fits"].iloc[0]

@@ -28,6 +28,7 @@ def deployment_frontier(model, hardware, ep, cfg):
         },
         cost_mode=cfg.get("cost_mode", "calibrated"),
         set=cfg.get("set"),
+        fill_defaults=False,  # Perplexity's grid, whole
     )
     return pareto(df, x="tokens_per_s_per_user", y="tokens_per_s_per_node")
 

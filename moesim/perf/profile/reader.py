@@ -360,7 +360,7 @@ class Profile:
             return float(frac) * nominal
         return float(p[f"{link}_GBps"]) * 1e9
 
-    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps):
+    def collective_time(self, op, n, message_bytes, ring_bytes, link_Bps, custom=True):
         """(alpha_s, wire_s) of an all-reduce / all-gather priced by a `nccl_proto` / `collective_v2`
         entry (NCCL, or the engine's custom all-reduce where the message is within what it was
         measured at and it is faster), or None (then collective_params). A `nccl_proto` entry takes
@@ -368,7 +368,7 @@ class Profile:
         e = self.collectives.get(str(op))
         if e is None or e.get("model") not in S.TIMED_COLLECTIVES:
             return None
-        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps)
+        return collective_entry_terms(e, str(op), n, message_bytes, ring_bytes, link_Bps, custom)
 
     def collective_params(self, op):
         """(alpha_s, bw_efficiency) for all_reduce / all_gather, or None: alpha adds to the hardware's
