@@ -16,6 +16,7 @@ from moesim.errors import ConfigError
 from moesim.grid.validity import MAX_REDUNDANT_PER_EXPERT
 from tests.conftest import run_cli
 
+ONE = ["--tp", "1", "--ep", "8", "--mtp", "0", "--redundant", "0"]  # one value of each default axis
 SLO = ["--isl", "1000", "--osl", "100", "--max-ttft", "2s", "--max-tpot", "50ms"]
 CASES = [
     (["estimate", "--ep", "8", "--redundant-experts", "1000000"], "--redundant-experts: 1,000,000", "[0, 768]"),
@@ -32,7 +33,7 @@ CASES = [
     (["sweep", "--ep", "8", "--top", "1000000000"], "--top: 1,000,000,000", f"[0, {MAX_TOP:,}]"),
     (["sweep", "--batch", "1:100000:1", "--context", "1:4096:1"], "configurations; at most 200,000,000", "split"),
     (
-        ["pareto", "--batch", "1:100000:1", "--context", "1:64:1", "--plot", "f.png"],
+        ["pareto", *ONE, "--batch", "1:100000:1", "--context", "1:64:1", "--plot", "f.png"],
         "at most 5,000,000 in one",
         ".parquet",
     ),
@@ -51,9 +52,9 @@ def test_count_flag_out_of_range_is_one_clean_line_before_work(argv, names, allo
 
 def test_the_bounds_themselves_are_accepted():
     hi = MAX_REDUNDANT_PER_EXPERT * 256
-    plan_sweep(hardware="h200", axes={"ep": [8], "redundant": [0, hi]})
+    plan_sweep(hardware="h200", axes={"ep": [8], "redundant": [0, hi]}, fill_defaults=False)
     with pytest.raises(ConfigError, match=r"\[0, 768\]"):
-        plan_sweep(hardware="h200", axes={"ep": [8], "redundant": [hi + 1]})
+        plan_sweep(hardware="h200", axes={"ep": [8], "redundant": [hi + 1]}, fill_defaults=False)
     check_frame_size(SimpleNamespace(total=MAX_FRAME_CONFIGS))
     with pytest.raises(ConfigError, match=f"at most {MAX_FRAME_CONFIGS:,} in one in-memory sweep"):
         check_frame_size(SimpleNamespace(total=MAX_FRAME_CONFIGS + 1))

@@ -56,8 +56,8 @@ def test_announce_only_long_runs():
 
 
 def test_projection_streamed_memory_does_not_grow():
-    small = plan_sweep(hardware="h200", axes={"ep": [8, 16], "batch": "1:65536:1"})
-    large = plan_sweep(hardware="h200", axes={"ep": [8, 16], "batch": "1:262144:1"})
+    small = plan_sweep(hardware="h200", axes={"ep": [8, 16], "batch": "1:65536:1"}, fill_defaults=False)
+    large = plan_sweep(hardware="h200", axes={"ep": [8, 16], "batch": "1:262144:1"}, fill_defaults=False)
     assert projection(large, True)[1] == projection(small, True)[1]
     assert projection(large, False)[1] == BASE_BYTES + 2 * 262144 * FRAME_BYTES_PER_ROW
     assert projection(large, True)[0] == 4 * projection(small, True)[0]
