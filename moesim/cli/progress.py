@@ -94,3 +94,45 @@ def announce(what: str, configurations: int, seconds: float, peak_bytes: float, 
     print(f"{what}: {configurations:,} configurations, ~{t} on one core, ~{peak_bytes / 1e9:.1f} GB peak memory",
           file=stream if stream is not None else sys.stderr, flush=True)  # fmt: skip
     return True
+
+
+class Activity:
+    """Work of unknown length (a calibration fit, an import) on stderr: a rich spinner with the
+    elapsed time on a terminal; otherwise one line once it has run ~2 s and one when it ends.
+    Nothing for shorter work."""
+
+    def __init__(self, label: str, *, stream=None, tty: bool | None = None, after_s: float = PROJECTED_S):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = _isatty(self.stream) if tty is None else tty
+        self.after_s = after_s
+        self.t0 = time.perf_counter()
+        self.timer = self.status = None
+        self.said = False
+
+    def __enter__(self):
+        import threading  # lazy: only commands with long unknown-length work
+
+        self.t0 = time.perf_counter()
+        self.timer = threading.Timer(self.after_s, self._long)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def _long(self) -> None:
+        self.said = True
+        if self.tty:
+            from rich.console import Console  # lazy: start-up time
+
+            self.status = Console(file=self.stream).status(f"{self.label} ...")
+            self.status.start()
+        else:
+            print(f"{self.label}: running ({self.after_s:.0f} s so far) ...", file=self.stream, flush=True)
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+        if self.status is not None:
+            self.status.stop()
+        if self.said and not self.tty:
+            print(f"{self.label}: done in {time.perf_counter() - self.t0:.1f} s", file=self.stream, flush=True)
+        return False

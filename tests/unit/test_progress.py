@@ -61,3 +61,19 @@ def test_projection_streamed_memory_does_not_grow():
     assert projection(large, True)[1] == projection(small, True)[1]
     assert projection(large, False)[1] == BASE_BYTES + 2 * 262144 * FRAME_BYTES_PER_ROW
     assert projection(large, True)[0] == 4 * projection(small, True)[0]
+
+
+def test_activity_lines_only_for_long_work():
+    import time as _t
+
+    from moesim.cli.progress import Activity
+
+    out = io.StringIO()
+    with Activity("calibrate fit", stream=out, tty=False, after_s=0.05):
+        _t.sleep(0.3)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "calibrate fit: running (0 s so far) ..." and lines[1].startswith("calibrate fit: done in ")
+    quiet = io.StringIO()
+    with Activity("calibrate fit", stream=quiet, tty=False, after_s=5.0):
+        pass
+    assert quiet.getvalue() == ""
