@@ -136,7 +136,9 @@ def sweep(
     that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
     explicit arguments override it. progress: callable(done_rows, total_rows) or None.
     require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
-    Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
+    Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``. The frame holds at most
+    `MAX_FRAME_CONFIGS` rows; larger grids (up to `MAX_CONFIGS`) go piece by piece:
+    `plan_sweep` (same arguments) + `moesim.analyses.sweep_stream.iter_pieces`.
     """
     plan = plan_sweep(**locals())
     check_frame_size(plan)
