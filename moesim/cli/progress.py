@@ -25,6 +25,7 @@ class Progress:
         self.bar = None
         self.task = None
         self.next_step = STEP
+        self.printed = False
 
     def __enter__(self):
         return self
@@ -49,8 +50,9 @@ class Progress:
         if frac < self.next_step:
             return
         self.next_step = (int(frac / STEP + 1e-9) + 1) * STEP
-        if el / max(frac, 1e-12) < PROJECTED_S:
-            return
+        if el / max(frac, 1e-12) < PROJECTED_S or (done >= total and not self.printed):
+            return  # short, or all done at the first report: nothing to follow
+        self.printed = True
         left = el / frac - el if frac > 0 else float("nan")
         print(f"{self.label}: {frac:.0%} ({done:,} of {total:,} configurations), {el:.1f} s, ~{left:.1f} s left",
               file=self.stream, flush=True)  # fmt: skip

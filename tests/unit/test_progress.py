@@ -35,6 +35,7 @@ def test_plain_lines_every_ten_percent_when_long():
 
 def test_no_lines_for_a_short_run():
     assert _run(1.5) == []
+    assert _run(30.0, steps=1) == []  # all done at the first report: nothing to follow
 
 
 def test_a_jump_past_several_steps_prints_one_line():
