@@ -17,8 +17,13 @@ from moesim.errors import ConfigError
 NUMERIC_AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance", "redundant")
 
 
+# A GPU budget of at most 100,000 GPUs (the largest clusters built): the disaggregated search
+# holds (prefill sizes x decode sizes x instances) cells, instances up to N / the smallest instance.
+MAX_BUDGET_GPUS = 100_000
+
+
 def check_budget(total_gpus, gpus_per_node=None) -> tuple[int, int | None]:
-    """(total_gpus, gpus_per_node) as ints >= 1 (gpus_per_node may stay None)."""
+    """(total_gpus, gpus_per_node) as ints in [1, MAX_BUDGET_GPUS] (gpus_per_node may stay None)."""
     out = []
     for name, v in (("total_gpus", total_gpus), ("gpus_per_node", gpus_per_node)):
         if v is None and name == "gpus_per_node":
@@ -26,6 +31,8 @@ def check_budget(total_gpus, gpus_per_node=None) -> tuple[int, int | None]:
             continue
         if v is None or float(v) != int(v) or int(v) < 1:
             raise ConfigError(f"{name}: must be a whole number >= 1; got {v!r}")
+        if int(v) > MAX_BUDGET_GPUS:
+            raise ConfigError(f"{name}: {v!r} is out of range; allowed a whole number in [1, {MAX_BUDGET_GPUS:,}]")
         out.append(int(v))
     return out[0], out[1]
 
@@ -96,7 +103,8 @@ def disagg_budget(pre, dec, isl, osl, total_gpus: int, gpus_per_node: int) -> di
         return {}
     pg, preq = _pool_caps(pre, pi, isl, gpus_per_node)
     dg, dreq = _pool_caps(dec, di, osl, gpus_per_node)
-    x = np.arange(1, total_gpus + 1, dtype=float)
+    # x prefill instances: beyond N / the smallest instance none fits (the same best, fewer cells)
+    x = np.arange(1, total_gpus // max(int(np.min(pg)), 1) + 1, dtype=float)
     PG, DG, X = np.meshgrid(pg, dg, x, indexing="ij")
     PR, DR, _ = np.meshgrid(preq, dreq, x, indexing="ij")
     y_room = np.floor((total_gpus - X * PG) / DG)

@@ -17,7 +17,7 @@ import numpy as np
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
-from moesim.grid.validity import check_grid
+from moesim.grid.validity import check_grid, check_redundant
 from moesim.specs.distributions import LengthDist, length_dist
 from moesim.specs.pools import DecodePool, PrefillPool
 
@@ -97,6 +97,7 @@ def _finite(name, v, lo, hi, lo_open=False):
 
 def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: PoolRun) -> dict:
     """One evaluate_grid call over the batches at the pool's deployment -> the engine's values."""
+    check_redundant(m, pool.redundant_experts)
     grid = Grid.product(
         tp=pool.tp,
         dp=pool.dp,

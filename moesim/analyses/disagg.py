@@ -130,9 +130,7 @@ def disagg(
     each instance counted in whole nodes of gpus_per_node (default: the hardware's NVLink domain)
     when it spans several; the result's `budget` compares the two at that size."""
     isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
-    max_instances = int(max_instances)
-    if max_instances < 1:
-        raise ConfigError("max_instances: must be >= 1")
+    max_instances = _max_instances(max_instances)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, hp = resolve_specs(model, prefill_hardware or hardware, set)
     _, hd = resolve_specs(m, decode_hardware or hardware, set)
@@ -352,6 +350,21 @@ def _best(df):
         return None
     v = np.where(ok, df["tokens_per_s_per_gpu"].to_numpy(float), -np.inf)
     return df.index[int(np.argmax(v))]
+
+
+# Largest pool searched: the instance search holds 2 x max_instances candidates per pair of pools;
+# 100,000 instances is beyond any cluster built (~100k GPUs) even at one GPU per instance.
+MAX_INSTANCES = 100_000
+
+
+def _max_instances(v) -> int:
+    """--max-instances: a whole number in [1, MAX_INSTANCES] (checked before any work)."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and float(v).is_integer() and 1 <= v <= MAX_INSTANCES
+    if not ok:
+        raise ConfigError(
+            f"--max-instances (max_instances): {v!r} is out of range; allowed an integer >= 1 and <= {MAX_INSTANCES:,}"
+        )
+    return int(v)
 
 
 def _instances(p_gpus, p_tps, d_gpus, d_tps, isl, osl, n_max):

@@ -13,23 +13,32 @@ decode/mixed and tokens per DP group for prefill.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 from moesim.analyses.sweep_block import Run, evaluate_block
+from moesim.analyses.sweep_grid import (  # noqa: F401  (re-exported: the sweep's grid helpers)
+    PHASE_DEFAULTS,
+    SCALAR_DEFAULTS,
+    build_grid,
+    derived_grid,
+    grid_axes,
+    grid_piece,
+    grid_size,
+)
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.pricing import resolve_specs
 from moesim.engine.serving import check_inputs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
-from moesim.grid.layout import derive as derive_layout
-from moesim.grid.validity import fix_hint
+from moesim.grid.validity import check_redundant, fix_hint
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
-    NUMERIC_AXES,
     check_isl_osl,
     load_study,
     normalize_axes,
@@ -37,13 +46,22 @@ from moesim.specs.study import (
     resolve_filters,
 )
 
-SCALAR_DEFAULTS = {"tp": 1, "moe_tp": 1, "mtp": 0, "acceptance": 0.8, "redundant": 0}
-PHASE_DEFAULTS = {
-    "decode": {"batch": 32, "context": 4096},
-    "mixed": {"batch": 32, "context": 4096},
-    "prefill": {"batch": 16384, "context": 4096},
-}
-
+# The tool's own limits on one sweep's configurations (checked before any work). Streamed sweeps
+# (`moesim sweep` / `pareto` printing or writing .csv / .parquet) hold one piece at a time, so
+# only time bounds them: 200 M decode configurations is ~35 min at >= 100k/s on one core. An
+# in-memory frame (`sweep()`, --json, .json, pareto --plot) holds ~FRAME_BYTES_PER_ROW per row
+# (measured: 1.36 KB at 344k decode rows, the frame plus the ranking copy; the writer adds its
+# table), so 5 M rows is ~7.5 GB.
+MAX_CONFIGS = 200_000_000
+FRAME_BYTES_PER_ROW = 1500
+MAX_FRAME_CONFIGS = 5_000_000
+STREAM_PIECE_ROWS = 65536  # grid rows per streamed piece (moesim.analyses.sweep_stream)
+# The projection printed before a long run (`projection`), measured on one core: configurations/s
+# per phase (decode: bench/csv_speed.py whole process, 344k in ~3 s; prefill ~200k/s and mixed
+# ~5k/s warm, in process) and the fixed memory (interpreter, numpy / pandas / scipy / pyarrow,
+# profiles: ~150 MB; a streamed 10 M sweep peaked at 365 MB).
+RATE_PER_S = {"decode": 100_000, "prefill": 100_000, "mixed": 5_000}
+BASE_BYTES = 250e6
 
 _MALLOC_TUNED = False
 
@@ -70,33 +88,6 @@ def tune_malloc() -> bool:
         return False
     _MALLOC_TUNED = bool(ok)
     return _MALLOC_TUNED
-
-
-def build_grid(axes: dict, phase: Phase, isl=None, osl=None):
-    """Numeric axes -> (Grid, reason array for derived-axis problems or None). ep (or dp) not
-    given per point is derived from tp x dp = ep x moe_tp, vectorized."""
-    vals = {a: axes[a] for a in NUMERIC_AXES if a in axes}
-    for a, v in SCALAR_DEFAULTS.items():
-        vals.setdefault(a, [v])
-    pd_ = PHASE_DEFAULTS[phase.value]
-    vals.setdefault("batch", [pd_["batch"]])
-    if "context" not in vals:
-        vals["context"] = [isl + osl / 2.0] if phase == Phase.MIXED and isl and osl else [pd_["context"]]
-    if phase == Phase.PREFILL:  # no drafts in prefill (as estimate): one row per remaining point
-        vals["mtp"], vals["acceptance"] = [0.0], [vals["acceptance"][0]]
-    has_ep, has_dp = "ep" in vals, "dp" in vals
-    if not has_ep and not has_dp:
-        vals["dp"] = [1.0]
-        has_dp = True
-    derive = None if (has_ep and has_dp) else ("dp" if has_ep else "ep")
-    if derive:
-        vals[derive] = [np.nan]
-    g = Grid.product(**vals)
-    if not derive:
-        return g, None
-    dp, ep, reason = derive_layout(g.tp, g.dp, g.ep, g.moe_tp)  # the one tp x dp = ep x moe_tp rule
-    g = Grid(**{**g.to_dict(), "dp": dp, "ep": ep})
-    return g, (reason if (reason != "").any() else None)
 
 
 # ---------------------------------------------------------------------------------------- sweep
@@ -145,25 +136,60 @@ def sweep(
     that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
     explicit arguments override it. progress: callable(done_rows, total_rows) or None.
     require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
-    Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``.
+    Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``. The frame holds at most
+    `MAX_FRAME_CONFIGS` rows; larger grids (up to `MAX_CONFIGS`) go piece by piece:
+    `plan_sweep` (same arguments) + `moesim.analyses.sweep_stream.iter_pieces`.
     """
-    import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+    plan = plan_sweep(**locals())
+    check_frame_size(plan)
+    return evaluate_plan(plan)
 
+
+def check_frame_size(plan) -> None:
+    """An in-memory frame holds at most `MAX_FRAME_CONFIGS` rows (checked before any work)."""
+    if plan.total > MAX_FRAME_CONFIGS:
+        raise ConfigError(
+            f"axes: {plan.total:,} configurations; at most {MAX_FRAME_CONFIGS:,} in one in-memory sweep "
+            f"(~{FRAME_BYTES_PER_ROW:,} bytes each: --json, .json, pareto); write them to .csv / .parquet "
+            f"(streamed, up to {MAX_CONFIGS:,}) or split the study"
+        )
+
+
+def projection(plan, streamed: bool) -> tuple[float, float]:
+    """(seconds, peak bytes) a plan is projected to take on one core: `RATE_PER_S` per phase, and
+    `BASE_BYTES` plus one piece (streamed) or the whole frame (in memory)."""
+    n = {}
+    for _, _, ph, _, _ in plan.blocks:
+        n[ph.value] = n.get(ph.value, 0) + grid_size(plan.grids[ph][0])
+    seconds = sum(k / RATE_PER_S[ph] for ph, k in n.items())
+    rows = min(plan.total, STREAM_PIECE_ROWS) if streamed else plan.total
+    return seconds, BASE_BYTES + rows * FRAME_BYTES_PER_ROW
+
+
+@dataclass
+class SweepPlan:
+    """A checked sweep, nothing evaluated: the categorical blocks in evaluation order, the numeric
+    grid of each phase (`grid_axes` form, built lazily), the shared `Run` and the row filters."""
+
+    blocks: list  # [(model spec, hardware spec, phase, overlap, comm)]
+    grids: dict  # phase -> (axis values, derived axis)
+    run: Run
+    flt: dict
+    keep_invalid: bool
+    require_valid: bool
+    total: int
+    defaulted: list = dataclasses.field(default_factory=list)  # axes not given (the default space)
+
+
+def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progress=None, profile=None, **kw):
+    """`sweep`'s arguments -> a `SweepPlan`: every user error (names, ranges, the configuration
+    count against `MAX_CONFIGS`) is raised here, before any evaluation."""
     base = load_study(study) if study is not None else {}
-    st = _merge_study(
-        base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set, axes, fill_defaults
-    )
+    keys = ("model", "hardware", "phase", "cost_mode", "expert_skew", "context_dist", "isl", "osl", "set", "axes")
+    st = _merge_study(base, *(kw.get(k) for k in keys), kw.get("fill_defaults", True))
     st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
-    flt = resolve_filters(
-        base.get("filters", {}),
-        filters,
-        {
-            "min_tokens_per_s_per_user": min_tokens_per_s_per_user,
-            "max_tpot_s": max_tpot_s,
-            "max_ttft_s": max_ttft_s,
-            "only_fits": only_fits,
-        },
-    )
+    names = ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s", "only_fits")
+    flt = resolve_filters(base.get("filters", {}), filters, {k: kw.get(k) for k in names})
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ConfigError("chunk_size: must be >= 1")
@@ -171,37 +197,37 @@ def sweep(
     hw_list, phases, overlaps, comms = _categoricals(ax, st["hardware"], st["phase"])
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
-        check_inputs(st["isl"], st["osl"], chunk_tokens, request_rate)
-
+        check_inputs(st["isl"], st["osl"], kw.get("chunk_tokens"), kw.get("request_rate"))
+    grids = {ph: grid_axes(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
+    total = sum(grid_size(grids[ph][0]) for ph in phases) * len(hw_list) * len(overlaps) * len(comms)
+    if total > MAX_CONFIGS:
+        raise ConfigError(f"axes: {total:,} configurations; at most {MAX_CONFIGS:,} per sweep (split the study)")
     specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     for m_, _ in specs[:1]:
         check_imbalance_flags(m_, st["expert_skew"], st["context_dist"])
-    grids = {ph: build_grid(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
-    total = sum(grids[ph][0].size for ph in phases) * len(specs) * len(overlaps) * len(comms)
-    if total > 200_000_000:
-        raise ConfigError(f"axes: {total:,} configurations; at most 200,000,000 per sweep (split the study)")
-    run = Run(
-        st["cost_mode"],
-        st["engine"],
-        st["expert_skew"],
-        st["context_dist"],
-        st["isl"],
-        st["osl"],
-        chunk_size,
-        profile,
-        {"done": 0, "total": total, "cb": progress},
-        chunk_tokens,
-        request_rate,
-    )
-    frames, notes = [], []
-    for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms):
-        g, derived_reason = grids[ph]
-        cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, run)
+        check_redundant(m_, [v for ph in grids for v in grids[ph][0]["redundant"]])
+    run = Run(st["cost_mode"], st["engine"], st["expert_skew"], st["context_dist"], st["isl"], st["osl"], chunk_size,
+              profile, {"done": 0, "total": total, "cb": progress}, kw.get("chunk_tokens"), kw.get("request_rate"))  # fmt: skip
+    blocks = [(m, h, ph, ov, cm) for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms)]
+    keep = kw.get("keep_invalid", True)
+    return SweepPlan(blocks, grids, run, flt, keep, bool(kw.get("require_valid")), total, list(st["defaulted"]))
+
+
+def evaluate_plan(plan: SweepPlan):
+    """Every block of the plan, each over its whole grid -> the filtered frame (see `sweep`)."""
+    import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
+
+    frames, notes, built = [], [], {}
+    for m, h, ph, ov, cm in plan.blocks:
+        if ph not in built:
+            built[ph] = derived_grid(Grid.product(**plan.grids[ph][0]), plan.grids[ph][1])
+        g, derived_reason = built[ph]
+        cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, plan.run)
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
-    df = _finish(df, flt, keep_invalid, require_valid, notes, specs[0][0])
-    df.attrs["defaulted_axes"] = list(st["defaulted"])  # axes not given, taken from the default space
+    df = _finish(df, plan.flt, plan.keep_invalid, plan.require_valid, notes, plan.blocks[0][0])
+    df.attrs["defaulted_axes"] = list(plan.defaulted)  # axes not given, taken from the default space
     return df
 
 
@@ -277,12 +303,26 @@ def _categoricals(ax: dict, hardware, phase):
     return hw_list, phases, overlaps, comms
 
 
+def none_valid(model, n: int, first) -> ConfigError:
+    """require_valid's error: no configuration is valid; the first row's reason and a fix hint."""
+    reason = str(first["reason"])
+    hint = fix_hint(model, reason, float(first["ep"]), float(first["redundant"]))
+    return ConfigError(f"sweep: none of the {n:,} configurations is valid; the first: {reason}{hint}")
+
+
+UNITS = {
+    "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
+    "context": "tokens",
+    "time": "s",
+    "memory": "bytes",
+    "throughput": "tokens/s",
+}
+
+
 def _finish(df, flt, keep_invalid, require_valid, notes, model):
     """Counts before filtering, the filters, and the frame's attrs (evaluated, notes, units)."""
     if require_valid and len(df) and not df["valid"].any():
-        first = str(df["reason"].iloc[0])
-        hint = fix_hint(model, first, float(df["ep"].iloc[0]), float(df["redundant"].iloc[0]))
-        raise ConfigError(f"sweep: none of the {len(df):,} configurations is valid; the first: {first}{hint}")
+        raise none_valid(model, len(df), df.iloc[0])
     evaluated = {
         "configurations": int(len(df)),
         "valid": int(df["valid"].sum()) if len(df) else 0,
@@ -292,13 +332,7 @@ def _finish(df, flt, keep_invalid, require_valid, notes, model):
     df.attrs["evaluated"] = evaluated
     df.attrs["notes"] = notes
     df.attrs["filters"] = {k: v for k, v in flt.items() if v is not None and v is not False}
-    df.attrs["units"] = {
-        "batch": "requests per DP group (decode, mixed) / tokens per DP group (prefill)",
-        "context": "tokens",
-        "time": "s",
-        "memory": "bytes",
-        "throughput": "tokens/s",
-    }
+    df.attrs["units"] = dict(UNITS)
     return df
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 # special.ndtri: the normal quantile (= stats.norm.ppf, bit for bit; scipy.stats costs 0.7 s to import)
-from scipy import optimize, special
+from scipy import special
 
 from moesim.errors import ConfigError, SpecError
 from moesim.specs.loader import data_root, read_mapping
@@ -129,6 +129,8 @@ def _sigma(cv: float, num_experts: int) -> float:
         hi *= 2.0
         if hi > 64.0:
             raise ConfigError(f"per_expert_cv: {cv:g} cannot be reached by {num_experts} lognormal experts")
+    from scipy import optimize  # lazy: ~0.3 s to import, and only a CV-given profile solves for sigma
+
     return float(optimize.brentq(cv_of, 0.0, hi, xtol=1e-12))
 
 

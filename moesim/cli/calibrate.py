@@ -17,6 +17,7 @@ import typer
 from moesim.calibration.runners import backends as B
 from moesim.calibration.runners.harness import SHAPE_PRESETS
 from moesim.calibration.runners.harness import run_kernel as _run
+from moesim.cli.progress import Activity
 from moesim.errors import CalibrationError
 from moesim.fsio import resolve_target
 from moesim.specs.data import data_root, data_roots, find_data, write_root
@@ -184,7 +185,8 @@ def fit_cmd(
 
     resolve_target(out)  # a directory or device at --out: refused before the fit, not after it
     parents = [_profile_file(p) for p in parent or []] + list(inherit or [])
-    prof = F.fit(csv or [], gpu=gpu, out=out, inherit=parents, folds=folds, device_note=note, engine=engine)
+    with Activity("calibrate fit"):  # a spinner / a line on stderr when the fit runs longer than ~2 s
+        prof = F.fit(csv or [], gpu=gpu, out=out, inherit=parents, folds=folds, device_note=note, engine=engine)
     print_cv_table(prof)
     typer.echo(f"wrote {out}")
 
@@ -290,7 +292,8 @@ def import_aiconfigurator_cmd(
     # lazy: pandas, numpy and pyarrow only for an import (CLI start-up time)
     from moesim.calibration.importers.aiconfigurator import import_aiconfigurator
 
-    summary = import_aiconfigurator(system, engine, data_dir, out_dir, all_shapes=all_shapes)
+    with Activity("calibrate import aiconfigurator"):
+        summary = import_aiconfigurator(system, engine, data_dir, out_dir, all_shapes=all_shapes)
     for line in summary.lines():
         typer.echo(line)
 

@@ -133,7 +133,9 @@ CommAxis = Annotated[str | None, typer.Option("--comm", help=HELP["comm"] + " (c
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 JsonRows = Annotated[bool, typer.Option("--json", help="print the rows as JSON")]
 Out = Annotated[Path | None, typer.Option("--out", help="write the result JSON to a file")]
-OutRows = Annotated[Path | None, typer.Option("--out", help="write rows to .csv, .parquet or .json")]
+OutRows = Annotated[
+    Path | None, typer.Option("--out", help="write rows to .csv, .parquet (sweep: streamed, grid order) or .json")
+]
 EmitLaunch = Annotated[
     bool,
     typer.Option(

@@ -13,18 +13,30 @@ import typer
 from moesim.analyses import budget as B
 from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
 from moesim.analyses.pareto import pareto
-from moesim.analyses.sweep import parse_values, sweep, tune_malloc
+from moesim.analyses.sweep import (
+    check_frame_size,
+    evaluate_plan,
+    parse_values,
+    plan_sweep,
+    projection,
+    tune_malloc,
+)
 from moesim.cli import options as O
-from moesim.cli.progress import Progress
+from moesim.cli.progress import Progress, announce
+from moesim.cli.sweep_stream import budget_node, stream_sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError
 from moesim.report.disagg import print_disagg
+from moesim.report.frame_stream import STREAM_SUFFIXES
 from moesim.report.sweep import print_table, rank, summary
 from moesim.report.writer import frame_json_text, json_text, write_frame, write_json
 
 AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance", "redundant", "overlap", "comm")
 
 __all__ = ["register", "write_frame"]
+
+# --top: rows kept for the table / --json (a streamed sweep keeps them while the rest streams to --out)
+MAX_TOP = 100_000
 
 
 def _axes(**flags) -> dict:
@@ -39,8 +51,8 @@ def _list_axis(axes: dict, name: str, value: str | None) -> str | None:
     return value
 
 
-def run_sweep(grid: dict, only_fits: bool):
-    """grid: the values of `options.grid_block` -> the evaluated frame (elapsed time in attrs)."""
+def _sweep_args(grid: dict, only_fits: bool, progress) -> tuple[dict, int | None, int | None]:
+    """grid: the values of `options.grid_block` -> (`sweep` keywords, GPU budget, GPUs per node)."""
     tune_malloc()
     axes = _axes(**{k: grid[k] for k in AXES})
     n_gpus, gpn = (
@@ -50,34 +62,59 @@ def run_sweep(grid: dict, only_fits: bool):
         axes = B.prune_axes(axes, n_gpus)
     hardware = _list_axis(axes, "hardware", grid["hardware"])
     phase = _list_axis(axes, "phase", grid["phase"])
+    kw = dict(
+        model=grid["model"],
+        hardware=hardware,
+        phase=phase,
+        axes=axes,
+        cost_mode=grid["cost_mode"],
+        engine=grid["engine"],
+        expert_skew=grid["expert_skew"],
+        context_dist=grid["context_dist"],
+        min_tokens_per_s_per_user=grid["min_tokens_per_s_per_user"],
+        max_tpot_s=grid["max_tpot"],
+        max_ttft_s=grid["max_ttft"],
+        only_fits=only_fits or None,
+        isl=grid["isl"],
+        osl=grid["osl"],
+        chunk_tokens=grid["chunk_tokens"],
+        request_rate=grid["request_rate"],
+        set=grid["set_"],
+        study=str(grid["study"]) if grid["study"] else None,
+        progress=progress,
+        require_valid=True,
+    )
+    return kw, n_gpus, gpn
+
+
+def run_sweep(grid: dict, only_fits: bool):
+    """grid: the values of `options.grid_block` -> the evaluated frame (elapsed time in attrs)."""
     with Progress() as prog:
         t0 = time.perf_counter()
-        df = sweep(
-            grid["model"],
-            hardware,
-            phase,
-            axes,
-            cost_mode=grid["cost_mode"],
-            engine=grid["engine"],
-            expert_skew=grid["expert_skew"],
-            context_dist=grid["context_dist"],
-            min_tokens_per_s_per_user=grid["min_tokens_per_s_per_user"],
-            max_tpot_s=grid["max_tpot"],
-            max_ttft_s=grid["max_ttft"],
-            only_fits=only_fits or None,
-            isl=grid["isl"],
-            osl=grid["osl"],
-            chunk_tokens=grid["chunk_tokens"],
-            request_rate=grid["request_rate"],
-            set=grid["set_"],
-            study=str(grid["study"]) if grid["study"] else None,
-            progress=prog.update,
-            require_valid=True,
-        )
+        kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
+        plan = plan_sweep(**kw)
+        check_frame_size(plan)
+        announce("sweep (in memory)", plan.total, *projection(plan, streamed=False))
+        df = evaluate_plan(plan)
         if n_gpus is not None:
             df = _budgeted(df, n_gpus, gpn, grid)
         df.attrs["elapsed_s"] = time.perf_counter() - t0
     return df
+
+
+def run_streamed(grid: dict, only_fits: bool, top: int, out, frontier: dict | None = None):
+    """`run_sweep` in bounded memory (`moesim.cli.sweep_stream`): the rows go to `out` (.csv /
+    .parquet, or nowhere) a piece at a time -> (the ranked top rows, the sweep's counts in attrs;
+    the Pareto frontier of `frontier`'s keywords or None)."""
+    with Progress() as prog:
+        t0 = time.perf_counter()
+        kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
+        plan = plan_sweep(**kw)
+        announce(f"sweep (streamed{' to ' + str(out) if out else ''})", plan.total, *projection(plan, streamed=True))
+        budget = (n_gpus, budget_node(plan, gpn)) if n_gpus is not None else None
+        top_rows, front = stream_sweep(plan, plan.blocks[0][0], top=top, out=out, budget=budget, frontier=frontier)
+        top_rows.attrs["elapsed_s"] = time.perf_counter() - t0
+    return top_rows, front
 
 
 def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
@@ -104,7 +141,9 @@ def space_line(df) -> str:
 
 def searched_lines(df, row, ranked: bool = True) -> str:
     """'searched: tp 1,2; ...' (the numeric axes as evaluated) and edge flags of the best row."""
-    ax = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns and len(df)}
+    ax = df.attrs.get("axis_values")  # a streamed sweep: the whole sweep's values, df its top rows
+    if ax is None:
+        ax = {k: sorted(set(df[k].tolist())) for k in B.NUMERIC_AXES if k in df.columns and len(df)}
     lines = [f"searched: {B.searched(ax)}", space_line(df)]
     b = df.attrs.get("budget")
     if b:
@@ -114,8 +153,16 @@ def searched_lines(df, row, ranked: bool = True) -> str:
             + ("; ranked by total tokens/s of the replicas" if ranked else "")
         )
     lim = {"tp": b["gpus_per_node"]} if b else {}
-    lines += [f"note: {f}" for f in B.edge_flags(df, row, limits=lim)]
+    span = df if df.attrs.get("axis_values") is None else _axis_frame(ax)
+    lines += [f"note: {f}" for f in B.edge_flags(span, row, limits=lim)]
     return "\n".join(lines)
+
+
+def _axis_frame(ax: dict):
+    """The swept values of each numeric axis as the columns of a frame (edge_flags reads min / max)."""
+    import pandas as pd  # lazy: start-up time
+
+    return pd.DataFrame({k: pd.Series(v, dtype=float) for k, v in ax.items()})
 
 
 def _best_row(ranked):
@@ -151,24 +198,32 @@ def sweep_cmd(
     only_fits: Annotated[
         bool, typer.Option("--only-fits", help="keep only valid configurations that fit in memory")
     ] = False,
-    top: Annotated[int, typer.Option("--top", help="rows to print, best tokens/s per GPU first")] = 20,
+    top: Annotated[
+        int, typer.Option("--top", help=f"rows to print, best tokens/s per GPU first (0 to {MAX_TOP:,})")
+    ] = 20,
     out: O.OutRows = None,
     json_out: O.JsonRows = False,
     emit_launch: O.EmitLaunch = False,
 ):
     """Evaluate the cartesian product of deployment axes; print the best rows (tokens/s per GPU)."""
-    if top < 0:
-        raise ConfigError("--top: must be >= 0")
-    df = run_sweep(grid, only_fits)
-    by = "total_tokens_per_s" if "total_tokens_per_s" in df.columns else "tokens_per_s_per_gpu"
-    ranked = rank(df, by)
-    if out is not None:
-        emit_rows(ranked, out, False)
+    if not 0 <= top <= MAX_TOP:
+        raise ConfigError(f"--top: {top:,} is out of range; allowed an integer in [0, {MAX_TOP:,}]")
+    if not json_out and (out is None or Path(out).suffix.lower() in STREAM_SUFFIXES):
+        df = ranked = run_streamed(grid, only_fits, top, out)[0]  # bounded memory; the file in grid order
+        n = df.attrs["rows"]["configurations"]
+        if out is not None:
+            typer.echo(f"wrote {n:,} rows to {out}")
+    else:
+        df = run_sweep(grid, only_fits)
+        ranked = rank(df, "total_tokens_per_s" if "total_tokens_per_s" in df.columns else "tokens_per_s_per_gpu")
+        n = len(ranked)
+        if out is not None:
+            emit_rows(ranked, out, False)
     if json_out:  # --json prints the --top rows
         typer.echo(frame_json_text(ranked.head(top)))
         return
-    what = "total tokens/s in the budget" if by == "total_tokens_per_s" else "tokens/s per GPU"
-    print_table(ranked, f"top {min(top, len(ranked))} of {len(ranked):,} by {what} (feasible first)", top)
+    what = "total tokens/s in the budget" if "total_tokens_per_s" in df.columns else "tokens/s per GPU"
+    print_table(ranked, f"top {min(top, n)} of {n:,} by {what} (feasible first)", top)
     typer.echo(summary(df))
     typer.echo(searched_lines(df, _best_row(ranked)))
     if emit_launch:
@@ -199,8 +254,12 @@ def pareto_cmd(
         raise ConfigError(f"--per: {per!r} is not one of {{gpu, node}}")
     y = y or f"tokens_per_s_per_{per}"
     keys = [k.strip() for k in group_by.split(",") if k.strip()] if group_by else None
-    df = run_sweep(grid, True)
-    front = pareto(df, x=x, y=y, group_by=keys if keys is None or len(keys) > 1 else keys[0])
+    kw = dict(x=x, y=y, group_by=keys if keys is None or len(keys) > 1 else keys[0])
+    if plot is None:  # bounded memory: the running frontier (the plot's faint points need every row)
+        df, front = run_streamed(grid, True, 1, None, frontier=kw)
+    else:
+        df = run_sweep(grid, True)
+        front = pareto(df, **kw)
     if plot is not None:
         plot_frontiers(df, front, x, y, keys, plot)
     if emit_rows(front, out, json_out):

@@ -98,3 +98,25 @@ def distinct_rows(grid: Grid, axes, max_share: float = 1.0, min_size: int = 0):
     if first.size > max_share * n:
         return None
     return first, inverse.reshape(-1)
+
+
+def unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, axis=0, return_inverse=True)`` of a 2-D float array, ~10x faster: each
+    column is coded by its sorted distinct values and a row by the mixed-radix number of its codes,
+    whose sorted order is the rows' lexicographic order, so the distinct rows come out in the same
+    order as numpy's (which sorts the rows as opaque byte strings; slow). -> (distinct rows, inverse)."""
+    key = np.asarray(key)
+    if key.ndim != 2 or key.shape[0] == 0 or not np.isfinite(key).all():
+        u, inv = np.unique(key, axis=0, return_inverse=True)
+        return u, inv.reshape(-1)
+    code = np.zeros(key.shape[0], dtype=np.int64)
+    radix = 1
+    for j in range(key.shape[1]):
+        values, c = np.unique(key[:, j], return_inverse=True)
+        radix *= len(values)
+        if radix >= 2**62:  # too many combinations for one int64: numpy's way
+            u, inv = np.unique(key, axis=0, return_inverse=True)
+            return u, inv.reshape(-1)
+        code = code * len(values) + c.reshape(-1)
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return key[first], inv.reshape(-1)

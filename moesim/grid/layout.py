@@ -25,8 +25,9 @@ def derive(tp, dp, ep, moe_tp):
     want_dp, want_ep = np.isnan(dp), np.isnan(ep) & ~np.isnan(dp)
     dp = np.where(want_dp, ep * moe_tp / tp, dp)
     ep = np.where(want_ep, tp * dp / moe_tp, ep)
-    reason = np.where(want_dp & (dp != np.round(dp)), DP_REASON, "")
-    reason = np.where(want_ep & (ep != np.round(ep)), EP_REASON, reason).astype(object)
+    reason = np.full(dp.shape, "", dtype=object)  # (a fixed-width str array of the reasons is ~300 B a row)
+    reason[want_dp & (dp != np.round(dp))] = DP_REASON
+    reason[want_ep & (ep != np.round(ep))] = EP_REASON
     return dp, ep, reason
 
 

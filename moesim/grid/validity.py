@@ -12,6 +12,28 @@ from moesim.grid.layout import MAX_GPUS
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 
+# EPLB redundant slots: at most 3x the routed experts (4 slots per expert on average). Published
+# deployments use far fewer (DeepSeek-V3: 32 for 256 experts); the greedy replication gives a hot
+# expert about its load ratio in replicas, so more than ~1 per expert no longer balances anything,
+# and each slot costs an expert's weights. The bound keeps an estimate's EPLB placement (a loop
+# over slots) to seconds.
+MAX_REDUNDANT_PER_EXPERT = 3
+
+
+def check_redundant(model: ModelSpec, values, flag: str = "--redundant-experts") -> None:
+    """Every redundant-slot count of an MoE model in [0, MAX_REDUNDANT_PER_EXPERT x routed experts],
+    checked before any work -> ConfigError naming the flag, the value and the range."""
+    if not model.is_moe:  # no routed experts: the per-row rules decide (as before)
+        return
+    experts = int(model.moe.num_experts)
+    hi = MAX_REDUNDANT_PER_EXPERT * experts
+    for v in np.atleast_1d(np.asarray(values, float)):
+        if np.isfinite(v) and v > hi:
+            raise ConfigError(
+                f"{flag}: {v:,.0f} is out of range; allowed an integer in [0, {hi:,}] "
+                f"({MAX_REDUNDANT_PER_EXPERT}x the {experts} routed experts of {model.name})"
+            )
+
 
 def _number_rules(model: ModelSpec, grid: Grid) -> list:
     """(bad mask, reason) for each axis that must be finite, whole or in range, and the layout rule."""
@@ -112,6 +134,7 @@ def fix_hint(model: ModelSpec, reason: str, ep: float, redundant: float) -> str:
 
 
 def require_valid(model, hw, grid, phase):
+    check_redundant(model, grid.redundant)
     ok, reason = check_grid(model, hw, grid, phase)
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.grid.core import unique_rows
 from moesim.workload.attention import mla_decode_work as W_mla_decode_work
 from moesim.workload.ops import matmul_work
 
@@ -108,7 +109,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
         np.asarray(1.0 if tile_pad is None else tile_pad, float),
     )
     key = np.stack([m.ravel(), n.ravel(), g.ravel(), pad.ravel()], axis=1)
-    u, inv = np.unique(key, axis=0, return_inverse=True)
+    u, inv = unique_rows(key)  # = np.unique(key, axis=0, return_inverse=True), faster
     um, un, ug, up = (u[:, i : i + 1] for i in range(4))
     bns = BLOCK_N_CHOICES[BLOCK_N_CHOICES <= bn_max][None, :]
     best = None

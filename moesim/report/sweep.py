@@ -74,24 +74,31 @@ def console():
     return c
 
 
-def rank(df, by="tokens_per_s_per_gpu"):
-    """Valid, fitting rows first, each part best `by` first."""
+def rank(df, by="tokens_per_s_per_gpu", head=None):
+    """Valid, fitting rows first, each part best `by` first (only the first `head` rows when given)."""
     # one stable lexsort and one take (was assign + sort_values + drop: three copies of a 344k-row frame);
     # numpy sorts NaN last, and -NaN is NaN, so a missing `by` stays last within its part
     ok = np.asarray(df["valid"] & df["fits"], dtype=np.int8)
     key = np.asarray(df[by], dtype=float)
-    return df.take(np.lexsort((-key, -ok)))
+    return df.take(np.lexsort((-key, -ok))[:head])
 
 
 def _fold_constants(df, cols):
     """(columns left, 'name value' of the constant ones named in the title)."""
     const = []
+    known = df.attrs.get("constants")  # a streamed sweep: (one value, the value, all missing) per column
     for name in FOLDABLE:
-        if name in df.columns and len(df) and df[name].nunique(dropna=False) <= 1:
-            if name in LATENCIES and not df[name].isna().all():
+        if known is not None:
+            one, v, missing = known.get(name, (False, None, False))
+        elif name in df.columns and len(df):
+            one = df[name].nunique(dropna=False) <= 1
+            v, missing = df[name].iloc[0], one and name in LATENCIES and df[name].isna().all()
+        else:
+            continue
+        if one:
+            if name in LATENCIES and not missing:
                 continue
             cols = [c for c in cols if c[0] != name]
-            v = df[name].iloc[0]
             if name in TITLED and v == v and v is not None:
                 const.append(f"{name} {fmt_cell(v, 'g' if name == 'context' else None)}")
     return cols, const
@@ -127,9 +134,10 @@ def filters_text(flt: dict) -> str:
 def summary(df) -> str:
     """'N configurations (V valid, F fit) in T s; batch: unit' and the sweep's notes."""
 
-    n = len(df)
-    valid = int(np.sum(df["valid"])) if n else 0
-    fits = int(np.sum(df["valid"] & df["fits"])) if n else 0
+    rows = df.attrs.get("rows")  # a streamed sweep: df holds the top rows, attrs the whole sweep's counts
+    n = rows["configurations"] if rows else len(df)
+    valid = rows["valid"] if rows else int(np.sum(df["valid"])) if n else 0
+    fits = rows["fit"] if rows else int(np.sum(df["valid"] & df["fits"])) if n else 0
     el = df.attrs.get("elapsed_s", float("nan"))
     ev = df.attrs.get("evaluated")
     shown = f"{n:,} configurations ({valid:,} valid, {fits:,} fit)"
@@ -138,7 +146,7 @@ def summary(df) -> str:
             f"{ev['configurations']:,} configurations evaluated ({ev['valid']:,} valid, {ev['fit']:,} fit), "
             f"{n:,} pass the filters"
         )
-    eng = sorted(df["engine"].unique()) if n and "engine" in df else []  # unique: no Python loop over rows
+    eng = rows["engines"] if rows else sorted(df["engine"].unique()) if n and "engine" in df else []
     tail = f" · engine {', '.join(map(str, eng))}" if eng else ""
     lines = [f"{shown} in {el:.2f} s{tail}; batch: {df.attrs.get('units', {}).get('batch', '')}"]
     lines += [f"filters: {t}" for t in [filters_text(df.attrs.get("filters") or {})] if t]

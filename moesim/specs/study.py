@@ -57,7 +57,8 @@ DEFAULT_PREFILL_BATCH = [1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0]  # to
 # ---------------------------------------------------------------------------------------- parsing
 def parse_values(name: str, value) -> list:
     """Axis values from a list, a scalar or a string: "1,2,4", "1:256" (doubling from a up to b),
-    "0:1:0.25" (linear a..b step s), or a mix "1,3,8:64". Numeric axes -> floats."""
+    "0:1:0.25" (linear a..b step s), or a mix "1,3,8:64". Numeric axes -> floats. A value given
+    twice is kept once (first-seen order): a sweep never evaluates one configuration twice."""
     name = AXIS_ALIASES.get(name, name)
     if name not in NUMERIC_AXES and name not in CATEGORICAL_AXES:
         raise ConfigError(f"axes: unknown axis {name!r}; allowed: {', '.join(NUMERIC_AXES + CATEGORICAL_AXES)}")
@@ -80,7 +81,7 @@ def parse_values(name: str, value) -> list:
     if name in AXIS_RANGES:
         for x in out:
             _check_value(name, x)
-    return out
+    return list(dict.fromkeys(out))  # duplicates (YAML aliases, "8,8,8") once, first-seen order
 
 
 # Absolute range of each numeric axis value (model-independent); combinations (divisibility,

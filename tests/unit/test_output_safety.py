@@ -103,6 +103,9 @@ def test_disk_full_during_sweep_out_keeps_the_old_file(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(writer, "write_csv", full)
+    from moesim.report import frame_stream  # `sweep --out x.csv` streams its pieces (issue 17 part 2)
+
+    monkeypatch.setattr(frame_stream, "_write_csv", lambda path, pieces, schema: full(None, path))
     out = tmp_path / "f.csv"
     out.write_text("old\n")
     line = _one_error_line(run_cli("sweep", "--ep", "8", "--batch", "1:4", "--out", out))

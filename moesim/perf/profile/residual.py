@@ -37,6 +37,7 @@ import numpy as np
 
 from moesim.errors import CalibrationError
 from moesim.fsio import atomic_write_bytes
+from moesim.grid.core import unique_rows
 
 K_NEAREST = 12  # neighbours whose median residual is taken (chosen by leave-one-shape-out CV)
 EXACT = 1e-6  # normalized distance below which a query is the measured shape
@@ -159,7 +160,7 @@ class Residual:
         ok = np.isfinite(q).all(1) & (q > 0).all(1)
         r = np.ones(len(q))
         if ok.any():
-            u, inv = np.unique(q[ok], axis=0, return_inverse=True)
+            u, inv = unique_rows(q[ok])  # = np.unique(.., axis=0, return_inverse=True)
             key = u.tobytes()  # the cost model asks twice per op (efficiency, time): price once
             if key not in self._memo:
                 if len(self._memo) > 64:
