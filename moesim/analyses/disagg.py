@@ -289,7 +289,7 @@ def _prefill_pool(m, hp, axes, isl, max_ttft_s, kv_req_s, achievable, common, no
 
 def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
     """Decode sweep (context = ISL + OSL / 2) with the KV arriving per step, and slo_ok."""
-    dax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes), **normalize_axes(axes or {})}
+    dax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes, m), **normalize_axes(axes or {})}
     dax.pop("phase", None)
     if (
         "mtp" not in normalize_axes(axes or {}) and not m.mtp_layers
@@ -310,7 +310,7 @@ def _decode_pool(m, hd, axes, isl, osl, max_tpot_s, achievable, common, notes):
 def _aggregated_pool(m, hd, axes, lengths, targets, common):
     """The `mixed` phase (aggregated serving, closed loop at the batch) under both targets, and slo_ok."""
     (isl, osl), (max_ttft_s, max_tpot_s) = lengths, targets
-    aax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes), **normalize_axes(axes or {})}
+    aax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes, m), **normalize_axes(axes or {})}
     aax.pop("phase", None)
     aax.setdefault("context", [isl + osl / 2.0])
     mix = sweep(m, hd, "mixed", aax, isl=isl, osl=osl, **common)

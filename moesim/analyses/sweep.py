@@ -35,7 +35,7 @@ from moesim.engine.serving import check_inputs
 from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
-from moesim.grid.validity import check_redundant, fix_hint
+from moesim.grid.validity import check_redundant, default_redundant, fix_hint
 from moesim.specs.study import (
     DEFAULT_AXES,
     DEFAULT_PREFILL_BATCH,
@@ -198,11 +198,13 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
         check_inputs(st["isl"], st["osl"], kw.get("chunk_tokens"), kw.get("request_rate"))
+    specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
+    if "redundant" in st["defaulted"]:  # the default space's redundant slots, within this model's bound
+        ax["redundant"] = default_redundant(specs[0][0], ax["redundant"])
     grids = {ph: grid_axes(ax, ph, st["isl"], st["osl"]) for ph in dict.fromkeys(phases)}
     total = sum(grid_size(grids[ph][0]) for ph in phases) * len(hw_list) * len(overlaps) * len(comms)
     if total > MAX_CONFIGS:
         raise ConfigError(f"axes: {total:,} configurations; at most {MAX_CONFIGS:,} per sweep (split the study)")
-    specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     for m_, _ in specs[:1]:
         check_imbalance_flags(m_, st["expert_skew"], st["context_dist"])
         check_redundant(m_, [v for ph in grids for v in grids[ph][0]["redundant"]])
@@ -258,12 +260,15 @@ def _merge_study(
     return st
 
 
-def defaults_not_given(defaults: dict, given: dict) -> dict:
-    """The default axes the user did not give (ep left out when dp is given: it is derived)."""
+def defaults_not_given(defaults: dict, given: dict, model=None) -> dict:
+    """The default axes the user did not give (ep left out when dp is given: it is derived); with
+    `model`, the default redundant slots are kept within its bound (`default_redundant`)."""
     given = normalize_axes(given or {})
     out = {k: v for k, v in normalize_axes(defaults).items() if k not in given}
     if "dp" in given:
         out.pop("ep", None)
+    if model is not None and "redundant" in out:
+        out["redundant"] = default_redundant(model, out["redundant"])
     return out
 
 

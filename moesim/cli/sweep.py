@@ -15,6 +15,7 @@ from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, di
 from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import (
     check_frame_size,
+    defaults_not_given,
     evaluate_plan,
     parse_values,
     plan_sweep,
@@ -275,8 +276,9 @@ def pareto_cmd(
 
 
 def _decode_axes(spec, mtp, axes) -> dict:
-    """The default decode space drafts with MTP; a model without it cannot."""
-    dax = {**DEFAULT_DECODE_AXES, **axes}
+    """The default decode space drafts with MTP; a model without it cannot (redundant slots: the
+    defaults within the model's bound)."""
+    dax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes, spec), **axes}
     if not spec.mtp_layers:
         if mtp is not None and any(v > 0 for v in dax["mtp"]):
             raise ConfigError(f"mtp: {spec.name} has no MTP module (mtp_layers = 0); allowed 0")

@@ -35,6 +35,15 @@ def check_redundant(model: ModelSpec, values, flag: str = "--redundant-experts")
             )
 
 
+def default_redundant(model: ModelSpec, values) -> list:
+    """The default redundant-slot axis for `model`: the values within check_redundant's bound (the
+    default space's 32 is DeepSeek-V3's; an 8-expert model keeps 0 and whatever fits 3 x 8)."""
+    if not model.is_moe:
+        return list(values)
+    hi = MAX_REDUNDANT_PER_EXPERT * int(model.moe.num_experts)
+    return [v for v in values if float(v) <= hi] or [0.0]
+
+
 def _number_rules(model: ModelSpec, grid: Grid) -> list:
     """(bad mask, reason) for each axis that must be finite, whole or in range, and the layout rule."""
     finite_allowed = {

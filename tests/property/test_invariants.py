@@ -27,7 +27,7 @@ import moesim
 from moesim.api import estimate
 from moesim.errors import ConfigError, MoesimError
 from moesim.grid.core import Grid
-from moesim.grid.validity import check_grid, require_dtypes
+from moesim.grid.validity import MAX_REDUNDANT_PER_EXPERT, check_grid, require_dtypes
 from moesim.specs import catalog, load_hardware, load_model
 
 MODELS = ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-1-70b")
@@ -72,6 +72,8 @@ def layouts(model_name: str, phase: str) -> tuple:
             else:
                 combos = [(1, gpus, 0)]
             for ep, moe_tp, red in combos:
+                if m.is_moe and red > MAX_REDUNDANT_PER_EXPERT * m.moe.num_experts:
+                    continue  # out of check_redundant's bound (an error before any work)
                 g = Grid.single(
                     tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=1, context=1, mtp=0, acceptance=0.8, redundant=red
                 )

@@ -211,6 +211,8 @@ def test_one_axis_does_not_collapse_the_others():
     assert sorted(dp["ep"]) == [8, 8, 16, 16]  # ep derived from tp x dp (x redundant 0, 32)
     pre = sweep(hardware="h800", phase="prefill", axes={"ep": [32], "tp": [1]})
     assert set(pre["batch"]) == set(DEFAULT_PREFILL_BATCH) and set(pre["mtp"]) == {0}
+    small = sweep(model="mixtral-8x7b", hardware="h200", axes={"ep": [8]})  # 8 experts: 32 slots out of bound
+    assert set(small["redundant"]) == {0}
     one = sweep(hardware="h800", axes={"batch": [64]}, fill_defaults=False)
     assert len(one) == 1  # the API's opt-out: exactly the axes given
 

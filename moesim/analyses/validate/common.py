@@ -61,7 +61,10 @@ def num(x):
     if isinstance(x, bool):
         return x
     if isinstance(x, (int, float)):
-        return float(x)
+        try:
+            return float(x)
+        except OverflowError:  # an integer past float64 (1e309 written out): not a number we can check
+            return str(x)
     if isinstance(x, str):
         try:
             return float(x.replace("_", ""))
