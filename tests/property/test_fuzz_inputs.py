@@ -53,7 +53,7 @@ CASES = """cases:
   expect: {tpot_s: "< 1.0", max_batch: [1, 100000]}
 """
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-DEEP = settings(FAST, max_examples=int(os.environ.get("MOESIM_FUZZ_EXAMPLES", "1500")))  # the slow suite
+DEEP = settings(FAST, max_examples=int(os.environ.get("MOESIM_FUZZ_EXAMPLES", "400")))  # slow suite; env: deep run
 
 
 _TMP = tempfile.TemporaryDirectory(prefix="moesim_fuzz_")  # removed at exit; one file per suffix, rewritten
