@@ -13,6 +13,7 @@ import typer
 from moesim.analyses.fitting import smallest_fitting_ep
 from moesim.cli import options as O
 from moesim.engine.phases import estimate as run_estimate
+from moesim.engine.whatif import inert_whatif_notes
 from moesim.errors import MoesimError
 from moesim.report.tables import does_not_fit_text, hardware_line, model_line, print_estimate
 from moesim.report.writer import json_text, write_json
@@ -69,7 +70,9 @@ def estimate(
     emit_launch: O.EmitLaunch = False,
 ):
     """One step of one configuration: per-op time, share and bound, memory and throughput."""
-    r = run_estimate(**O.estimate_kwargs(cfg), cuda_graphs=cuda_graphs)
+    kwargs = {**O.estimate_kwargs(cfg), "cuda_graphs": cuda_graphs}
+    r = run_estimate(**kwargs)
+    r.notes += inert_whatif_notes(run_estimate, kwargs, r)
     if json_out or out:
         d = r.to_dict()
         if out:  # with --json too: the JSON goes to the file only
