@@ -226,4 +226,4 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
         m, phase, expert_skew, cost_mode.value, getattr(ev, "imbalance", None), micro_batches(ev.chosen)
     )
     ops = op_table(ev.op_costs, micro_batches(ev.chosen))
-    return EstimateResult(m, h, config, dict(ev.values), ops, memd, notes)
+    return EstimateResult(m, h, config, dict(ev.values), ops, memd, list(dict.fromkeys(notes)))

@@ -165,7 +165,8 @@ def _o_proj_quant(t, width, a_bytes, block):
     write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit."""
     if a_bytes >= 2:
         return []
-    return [elementwise("o_proj_quant", t * width * (2.0 + act_elem_bytes(a_bytes, block)), stage=2)]
+    nbytes = t * width * (2.0 + act_elem_bytes(a_bytes, block))
+    return [elementwise("o_proj_quant", nbytes, stage=2, tags=frozenset({Tag.ACT_QUANT}))]
 
 
 def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool, prefix="", present=1.0):

@@ -45,7 +45,7 @@ def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
     wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
     width = f.intermediate_size / tp
     ops = [
-        quant_pass("mlp_quant", t, d, a_bytes=ab, block=blk, stage=3),  # normed BF16 input -> FP8
+        quant_pass("mlp_quant", t, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),  # normed BF16 -> FP8
         gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
         _act("mlp_act", t, width, 3),
         gemm("mlp_down", t, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=4),
@@ -181,7 +181,7 @@ def moe_ops(
         ms = t * moe_tp / tp
         ws = m.shared_width / moe_tp
         ops += [
-            quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3),  # normed BF16 input -> FP8
+            quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
             gemm("shared_gate_up", ms, 2 * ws, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
             _act("shared_act", ms, ws, 3),
             gemm("shared_down", ms, d, ws, w_bytes=wb, a_bytes=ab, block=blk, stage=3),

@@ -170,6 +170,20 @@ def _key(family: str, e: dict, layout: str = "") -> str:
     return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}{op}"
 
 
+# aiconfigurator's GEMM collectors time the engine's FP8 linear op on a BF16 input, not the GEMM alone:
+# SGLang's fp8_block op runs sglang_per_token_group_quant_fp8 and then DeepGEMM's gemm_nt_f8f8bf16
+# (collector/sglang/collect_gemm.py; its fp8 op runs sgl_per_token_quant_fp8 first), TRT-LLM's and
+# vLLM's call the Linear module, which quantizes its input inside. A variant fitted on such rows prices
+# "activation quant + GEMM"; the step model then leaves out its own pre-GEMM quant passes (Tag.ACT_QUANT).
+ACT_QUANT_DTYPES = frozenset({"fp8_block", "fp8"})
+ACT_QUANT_SOURCE = "aiconfigurator-core"
+
+
+def act_quant_in_rows(d: pd.DataFrame, dtype: str) -> bool:
+    """True when every row of an FP8 GEMM group was timed as an engine linear op with its input quant."""
+    return dtype in ACT_QUANT_DTYPES and bool(d["source"].astype(str).str.startswith(ACT_QUANT_SOURCE).all())
+
+
 def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
     """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype, with its measured
     residual block (the layout is added to the key by fit_variants)."""
@@ -179,6 +193,8 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
+    if family == "gemm" and act_quant_in_rows(data.d, dtype):
+        e["act_quant_in_rows"] = True
     R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
     return e
 
@@ -236,7 +252,14 @@ def _rank(values, preference) -> int:
 
 
 def _variant(e: dict, **keys) -> dict:
-    return {**keys, **{k: e[k] for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual") if k in e}}
+    return {
+        **keys,
+        **{
+            k: e[k]
+            for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows")
+            if k in e
+        },
+    }
 
 
 def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
