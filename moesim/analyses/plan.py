@@ -43,7 +43,7 @@ from moesim.analyses.capacity import (
     specs_of,
 )
 from moesim.analyses.plan_agg import plan_aggregated
-from moesim.analyses.plan_units import intish, nic_warnings, units_for
+from moesim.analyses.plan_units import HourlyPlan, intish, nic_warnings, units_for
 from moesim.engine.pricing import load_profile_for, profile_info
 from moesim.enums import CostMode
 from moesim.errors import ConfigError
@@ -65,7 +65,7 @@ __all__ = [
 
 # --------------------------------------------------------------------------- the plan
 @dataclass
-class PlanResult:
+class PlanResult(HourlyPlan):
     traffic: Traffic
     model: str
     hardware: str
@@ -81,26 +81,6 @@ class PlanResult:
     warnings: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     pricing: dict = field(default_factory=dict)  # engine and profile file (engine.pricing.profile_info)
-
-    def __getitem__(self, key):
-        return self.to_dict()[key]
-
-    @property
-    def average_nodes(self) -> float:
-        return self.totals["average_nodes"]
-
-    @property
-    def peak_nodes(self) -> int:
-        return self.totals["peak_nodes"]
-
-    def hourly_rows(self) -> list:
-        keys = list(self.hourly)
-        return [{k: jsonable(self.hourly[k][i]) for k in keys} for i in range(len(self.hourly["hour"]))]
-
-    def to_dataframe(self):
-        import pandas as pd  # lazy: start-up time (the CLI imports this module for --help)
-
-        return pd.DataFrame(self.hourly_rows())
 
     def to_dict(self) -> dict:
         d, p, t = self.decode, self.prefill, self.traffic

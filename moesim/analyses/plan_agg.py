@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.analyses.capacity import PoolRun, specs_of
-from moesim.analyses.plan_units import intish, nic_warnings, units_for
+from moesim.analyses.plan_units import HourlyPlan, intish, nic_warnings, units_for
 from moesim.engine.serving import evaluate_mixed
 from moesim.enums import Overlap
 from moesim.errors import ConfigError
@@ -113,7 +113,7 @@ def aggregated_capacity(m, h, pool: DecodePool, *, isl, osl, context, min_tps, m
 
 
 @dataclass
-class AggregatedPlan:
+class AggregatedPlan(HourlyPlan):
     """A plan with one aggregated pool (same reading as `PlanResult`; `aggregated` replaces the
     prefill and decode pools)."""
 
@@ -131,26 +131,6 @@ class AggregatedPlan:
     warnings: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     pricing: dict = field(default_factory=dict)
-
-    def __getitem__(self, key):
-        return self.to_dict()[key]
-
-    @property
-    def average_nodes(self) -> float:
-        return self.totals["average_nodes"]
-
-    @property
-    def peak_nodes(self):
-        return self.totals["peak_nodes"]
-
-    def hourly_rows(self) -> list:
-        keys = list(self.hourly)
-        return [{k: jsonable(self.hourly[k][i]) for k in keys} for i in range(len(self.hourly["hour"]))]
-
-    def to_dataframe(self):
-        import pandas as pd  # lazy: start-up time
-
-        return pd.DataFrame(self.hourly_rows())
 
     def to_dict(self) -> dict:
         a, p = self.aggregated, self.traffic.aggregated

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["units_for", "nic_warnings", "intish"]
+from moesim.units import jsonable
+
+__all__ = ["units_for", "nic_warnings", "intish", "HourlyPlan"]
 
 
 def units_for(nodes_fractional, nodes_per_unit: float):
@@ -36,3 +38,28 @@ def nic_warnings(nic_util, hours: int, h) -> list:
 
 def intish(x: float):
     return int(x) if float(x).is_integer() else float(x)
+
+
+class HourlyPlan:
+    """What every plan result reads the same way (the pools' plan and the aggregated one): its
+    `hourly` arrays, `totals` and `to_dict()` (defined by each result)."""
+
+    def __getitem__(self, key):
+        return self.to_dict()[key]
+
+    @property
+    def average_nodes(self) -> float:
+        return self.totals["average_nodes"]
+
+    @property
+    def peak_nodes(self) -> int:
+        return self.totals["peak_nodes"]
+
+    def hourly_rows(self) -> list:
+        keys = list(self.hourly)
+        return [{k: jsonable(self.hourly[k][i]) for k in keys} for i in range(len(self.hourly["hour"]))]
+
+    def to_dataframe(self):
+        import pandas as pd  # lazy: start-up time (the CLI imports the plan modules for --help)
+
+        return pd.DataFrame(self.hourly_rows())
