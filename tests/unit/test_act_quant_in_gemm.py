@@ -40,3 +40,19 @@ def test_quant_passes_priced_once():
     assert sum("inside the FP8 GEMM times" in n for n in cal.notes) == 1
     roof = estimate(**CFG, cost_mode="roofline")  # no fitted GEMM: the passes are their own kernels
     assert QUANT_OPS <= {o["name"] for o in roof.ops if o["time_s"] > 0}
+
+
+def test_single_node_deepep_rows_take_the_parents_nic_share_per_node_count():
+    """vLLM's DeepEP normal rows are one node: its multi-node pricing uses the same library's measured
+    NIC share per node count (SGLang's knots), not a flat 100 % of the NIC."""
+    from moesim.calibration.fit.comm_deepep import parent_knots
+
+    assert parent_knots({"params": {"rdma_knot_nodes": [2, 8], "rdma_knot_frac": [0.9, 0.45]}}) == {
+        "rdma_knot_nodes": [2.0, 8.0],
+        "rdma_knot_frac": [0.9, 0.45],
+    }
+    assert parent_knots({"params": {"rdma_frac_nominal": 0.88}}) == {} and parent_knots(None) == {}
+    vllm = load_profile(load_hardware("h200"), engine="vllm").data["comm"]["deepep-normal"]
+    sgl = load_profile(load_hardware("h200"), engine="sglang").data["comm"]["deepep-normal"]
+    for op in ("dispatch", "combine"):
+        assert vllm[op]["params"]["rdma_knot_frac"] == sgl[op]["params"]["rdma_knot_frac"]

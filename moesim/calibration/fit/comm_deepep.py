@@ -149,6 +149,15 @@ def single_node_pins(parent: dict | None) -> dict:
     return {"alpha_node_us": 0.0, "rdma_node_decay": 0.0, "rdma_frac_nominal": frac}
 
 
+def parent_knots(parent: dict | None) -> dict:
+    """The parent entry's NIC share per node count (rdma_knot_nodes / rdma_knot_frac), or {}."""
+    p = (parent or {}).get("params") or {}
+    kn, kf = p.get("rdma_knot_nodes"), p.get("rdma_knot_frac")
+    if isinstance(kn, list) and isinstance(kf, list) and len(kn) == len(kf) > 0:
+        return {"rdma_knot_nodes": [float(v) for v in kn], "rdma_knot_frac": [float(v) for v in kf]}
+    return {}
+
+
 def _subset(ad: A2AData, sel) -> A2AData:
     return A2AData(ad.rows[sel].reset_index(drop=True), ad.rdma_bytes[sel], ad.nvl_bytes[sel], ad.t[sel])
 
@@ -227,6 +236,10 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
             "; single-node rows: alpha_node_us = rdma_node_decay = 0 (node growth not observable) and "
             f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from the parent entry (H800 DeepEP README fit)"
         )
+        knots = parent_knots(parent)
+        if knots:  # the parent measured the NIC share per node count: the same library's, so carried
+            prm.update(knots)
+            note += "; rdma_knot_nodes / rdma_knot_frac carried from the parent (rows of one node cannot show them)"
     return {
         "status": "fitted",
         "gpu": gpu,
