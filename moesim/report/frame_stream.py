@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from moesim.errors import ConfigError
-from moesim.report.writer import _check_parquet_engine, _csv_header, atomic_write
+from moesim.report.writer import _csv_header, atomic_write, checked_suffix
 
 STREAM_SUFFIXES = (".csv", ".parquet")
 
@@ -45,11 +44,7 @@ def stream_frame(pieces: Iterable, probe, out, *, allowed: str) -> Path:
     """Write every frame of `pieces` (an iterable of DataFrames, consumed here) to `out` (.csv /
     .parquet) in one atomic write; the schema comes from `probe`."""
     out = Path(out)
-    suf = out.suffix.lower()
-    if suf not in STREAM_SUFFIXES:
-        raise ConfigError(f"--out: unknown extension {out.suffix!r}; allowed: {', '.join(STREAM_SUFFIXES)}")
-    if suf == ".parquet":
-        _check_parquet_engine()
+    suf = checked_suffix(out, STREAM_SUFFIXES)
     schema = arrow_schema(probe)
     write = _write_csv if suf == ".csv" else _write_parquet
     return atomic_write(out, lambda tmp: write(tmp, pieces, schema), allowed=allowed)

@@ -109,14 +109,21 @@ def write_parquet(df, path) -> None:
     pq.write_table(table, path)
 
 
-def write_frame(df, out, *, suffixes=FRAME_SUFFIXES, allowed: str | None = None) -> Path:
-    """A data frame by extension: .csv (no index), .parquet (no index), .json (records)."""
-    out = Path(out)
+def checked_suffix(out: Path, suffixes) -> str:
+    """The lower-case extension of `out` if it is one of `suffixes` (a Parquet one only with an engine
+    to write it); else a one-line ConfigError listing the allowed ones."""
     suf = out.suffix.lower()
     if suf not in suffixes:
         raise ConfigError(f"--out: unknown extension {out.suffix!r}; allowed: {', '.join(suffixes)}")
     if suf == ".parquet":
         _check_parquet_engine()
+    return suf
+
+
+def write_frame(df, out, *, suffixes=FRAME_SUFFIXES, allowed: str | None = None) -> Path:
+    """A data frame by extension: .csv (no index), .parquet (no index), .json (records)."""
+    out = Path(out)
+    suf = checked_suffix(out, suffixes)
     writers = {
         ".csv": lambda p: write_csv(df, p),
         ".json": lambda p: df.to_json(p, orient="records", indent=1),
