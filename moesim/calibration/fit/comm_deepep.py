@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.comm import A2AData, _residuals
+from moesim.calibration.fit.comm_bench import bf16_dispatch, combine_queued_s
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import id_span, sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -48,8 +49,12 @@ class DeepEPRows:
         self.experts = col("experts", 256.0)
         self.ep = d.ep.values.astype(float)
         self.nodes = np.maximum(self.ep / col("gpus_per_node", 8.0), 1.0)
-        per = dispatch_bytes_per_token if op == "dispatch" else combine_bytes_per_token
-        self.msg = np.array([per(int(h)) for h in self.hidden])
+        fp8 = (op == "dispatch") & ~bf16_dispatch(d)  # comm_bench: the vLLM collector dispatches BF16
+        self.msg = np.array(
+            [(dispatch_bytes_per_token if f else combine_bytes_per_token)(int(h)) for f, h in zip(fp8, self.hidden)]
+        )
+        # GPU work the harness queued ahead of the timer, hiding host time (comm_bench.combine_queued_s)
+        self.queued = combine_queued_s(d, mode, op, self.rdma + self.nvl, peaks.hbm_Bps)
         ll = deepep_ll_sms(self.experts, peaks.sms)
         self.sms = ll if mode == "deepep-ll" else col("sms", float(DEEPEP_NORMAL_SMS))
         self.r_nom = peaks.rdma_Bps or 50e9
@@ -91,6 +96,7 @@ class DeepEPRows:
             sms=self.sms[idx],
             rdma_Bps=prm["rdma_frac_nominal"] * self.r_nom,
             nvl_Bps=prm["nvlink_GBps"] * 1e9,
+            queued_s=self.queued[idx],
         )
         return a + w
 
