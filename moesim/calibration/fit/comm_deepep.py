@@ -69,7 +69,8 @@ class DeepEPRows:
         pins = pins | ({} if host else {"host_us": 0.0})  # host floor only where asked for (_fit_one)
         # pinned params (not identified by these rows): lo = hi = the value
         self.lo, self.hi = np.concatenate([LO, np.full(k, 0.02)]), np.concatenate([HI, np.ones(k)])
-        self.starts = [list(s_[:-1]) + [0.9e6 * float(np.min(self.t)) if host else 0.0] + [0.8] * k for s_ in STARTS]
+        fp8 = np.array([dispatch_bytes_per_token(int(h)) for h in self.hidden]) if op == "dispatch" else self.msg
+        self.starts = _starts(float(np.mean(self.msg / fp8)), 0.9e6 * float(np.min(self.t)) if host else 0.0, k)
         for name, v in pins.items():
             i = NAMES.index(name)
             self.lo[i] = self.hi[i] = float(v)
@@ -113,6 +114,20 @@ class DeepEPRows:
 
         q = lsq(lambda q: res(expand(q)), [np.asarray(s)[free] for s in self.starts], self.lo[free], self.hi[free])
         return expand(q)
+
+
+def _starts(unit: float, host_us: float, knots: int) -> list[list[float]]:
+    """Optimizer starts: STARTS hold rates for FP8-dispatch messages; rows moving `unit` x those bytes
+    a message (the vLLM collector's BF16 dispatch, comm_bench) start at the same physical point, so
+    the bytes' unit does not change where the optimizer lands."""
+    out = []
+    for s in STARTS:
+        s = list(s)
+        s[NAMES.index("alpha_kB_us")] /= unit
+        s[NAMES.index("nvlink_GBps")] *= unit
+        s[NAMES.index("sm_GBps")] *= unit
+        out.append(s[:-1] + [host_us] + [0.8] * knots)
+    return out
 
 
 def params_dict(p) -> dict:
