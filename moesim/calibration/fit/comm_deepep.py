@@ -247,6 +247,11 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
         "(nvlink_GBps absolute, capped by the live NVLink); sm = (tokens*sm_token_us + bytes/sm_GBps)/SMs "
         "(moesim.perf.collectives.deepep_v2_terms); CV leaves one whole shape out"
     )
+    if bf16_dispatch(ad.rows).any():
+        note += (
+            "; vLLM collector rows (moesim.calibration.fit.comm_bench): BF16 dispatch bytes, and the host floor of "
+            "a combine row less the clone of the received activations queued ahead of its timer"
+        )
     if len(rows.knot_nodes):
         note += (
             "; rdma_knot_nodes / rdma_knot_frac: the NIC fraction the rows reach at each measured node count "
