@@ -206,7 +206,20 @@ def rdma_node_share(p: dict, nodes):
 
 
 def deepep_v2_terms(
-    p: dict, *, tokens, rdma_bytes, nvl_bytes, nodes, experts, ep, msg_bytes, sms, rdma_Bps, nvl_Bps, host_floor=True
+    p: dict,
+    *,
+    tokens,
+    rdma_bytes,
+    nvl_bytes,
+    nodes,
+    experts,
+    ep,
+    msg_bytes,
+    sms,
+    rdma_Bps,
+    nvl_Bps,
+    host_floor=True,
+    queued_s=0.0,
 ):
     """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
     SGLang tables); time = alpha_s + wire_s:
@@ -217,7 +230,8 @@ def deepep_v2_terms(
                                                         signalling, per-message buffer set-up)
         link  = max(rdma_bytes / (rdma_Bps * rdma_node_share(nodes)), nvl_bytes / nvl_Bps)
         sm    = (tokens * sm_token_us + (rdma_bytes + nvl_bytes) / sm_GBps) / sms
-        t     = max(t, host_us)                 (optional host floor)
+        t     = max(t, host_us - queued_s)      (optional host floor; queued_s: GPU work a benchmark
+                                                queued ahead of its start event, which hides host time)
 
     The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
     (--comm-sms) or the LL kernels' launch (deepep_ll_sms). The q-norm (q >= 1) blends the
@@ -243,7 +257,7 @@ def deepep_v2_terms(
     # max(host_us, GPU time) (vLLM's DeepEP high-throughput rows: a ~250 us floor up to ~512 tokens)
     # host_floor=False: a call replayed in a CUDA graph (LL decode) has no host pacing
     host = float(p.get("host_us") or 0.0) * us if host_floor else 0.0
-    return (np.maximum(alpha, host - wire) if host > 0 else alpha), wire
+    return (np.maximum(alpha, host - np.asarray(queued_s, float) - wire) if host > 0 else alpha), wire
 
 
 def deepep_entry_terms(e: dict, *, nodes, sms, nominal: dict, host_floor=True, **kw):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit.comm_bench import bf16_dispatch
 from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_median, lsq, residual
 from moesim.calibration.fit.data import id_span, row_id, sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -61,9 +62,11 @@ def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
         return None
     rdma = np.zeros(len(d))
     nvl = np.zeros(len(d))
+    bf16 = bf16_dispatch(d)  # a dispatch of BF16 activations (comm_bench): hidden x 2 bytes a token
     for i, r in enumerate(d.itertuples()):
         hidden = r.hidden if np.isfinite(r.hidden) else 7168
-        per = dispatch_bytes_per_token(int(hidden)) if op == "dispatch" else combine_bytes_per_token(int(hidden))
+        fp8 = op == "dispatch" and not bf16[i]
+        per = dispatch_bytes_per_token(int(hidden)) if fp8 else combine_bytes_per_token(int(hidden))
         groups = r.topk_groups if np.isfinite(r.topk_groups) else None
         rc, nc = routing_copies(
             mode,

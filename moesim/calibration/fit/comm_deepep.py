@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.comm import A2AData, _residuals
+from moesim.calibration.fit.comm_bench import bf16_dispatch, combine_queued_s
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import id_span, sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -48,8 +49,12 @@ class DeepEPRows:
         self.experts = col("experts", 256.0)
         self.ep = d.ep.values.astype(float)
         self.nodes = np.maximum(self.ep / col("gpus_per_node", 8.0), 1.0)
-        per = dispatch_bytes_per_token if op == "dispatch" else combine_bytes_per_token
-        self.msg = np.array([per(int(h)) for h in self.hidden])
+        fp8 = (op == "dispatch") & ~bf16_dispatch(d)  # comm_bench: the vLLM collector dispatches BF16
+        self.msg = np.array(
+            [(dispatch_bytes_per_token if f else combine_bytes_per_token)(int(h)) for f, h in zip(fp8, self.hidden)]
+        )
+        # GPU work the harness queued ahead of the timer, hiding host time (comm_bench.combine_queued_s)
+        self.queued = combine_queued_s(d, mode, op, self.rdma + self.nvl, peaks.hbm_Bps)
         ll = deepep_ll_sms(self.experts, peaks.sms)
         self.sms = ll if mode == "deepep-ll" else col("sms", float(DEEPEP_NORMAL_SMS))
         self.r_nom = peaks.rdma_Bps or 50e9
@@ -64,7 +69,8 @@ class DeepEPRows:
         pins = pins | ({} if host else {"host_us": 0.0})  # host floor only where asked for (_fit_one)
         # pinned params (not identified by these rows): lo = hi = the value
         self.lo, self.hi = np.concatenate([LO, np.full(k, 0.02)]), np.concatenate([HI, np.ones(k)])
-        self.starts = [list(s_[:-1]) + [0.9e6 * float(np.min(self.t)) if host else 0.0] + [0.8] * k for s_ in STARTS]
+        fp8 = np.array([dispatch_bytes_per_token(int(h)) for h in self.hidden]) if op == "dispatch" else self.msg
+        self.starts = _starts(float(np.mean(self.msg / fp8)), 0.9e6 * float(np.min(self.t)) if host else 0.0, k)
         for name, v in pins.items():
             i = NAMES.index(name)
             self.lo[i] = self.hi[i] = float(v)
@@ -91,6 +97,7 @@ class DeepEPRows:
             sms=self.sms[idx],
             rdma_Bps=prm["rdma_frac_nominal"] * self.r_nom,
             nvl_Bps=prm["nvlink_GBps"] * 1e9,
+            queued_s=self.queued[idx],
         )
         return a + w
 
@@ -107,6 +114,20 @@ class DeepEPRows:
 
         q = lsq(lambda q: res(expand(q)), [np.asarray(s)[free] for s in self.starts], self.lo[free], self.hi[free])
         return expand(q)
+
+
+def _starts(unit: float, host_us: float, knots: int) -> list[list[float]]:
+    """Optimizer starts: STARTS hold rates for FP8-dispatch messages; rows moving `unit` x those bytes
+    a message (the vLLM collector's BF16 dispatch, comm_bench) start at the same physical point, so
+    the bytes' unit does not change where the optimizer lands."""
+    out = []
+    for s in STARTS:
+        s = list(s)
+        s[NAMES.index("alpha_kB_us")] /= unit
+        s[NAMES.index("nvlink_GBps")] *= unit
+        s[NAMES.index("sm_GBps")] *= unit
+        out.append(s[:-1] + [host_us] + [0.8] * knots)
+    return out
 
 
 def params_dict(p) -> dict:
@@ -226,6 +247,11 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
         "(nvlink_GBps absolute, capped by the live NVLink); sm = (tokens*sm_token_us + bytes/sm_GBps)/SMs "
         "(moesim.perf.collectives.deepep_v2_terms); CV leaves one whole shape out"
     )
+    if bf16_dispatch(ad.rows).any():
+        note += (
+            "; vLLM collector rows (moesim.calibration.fit.comm_bench): BF16 dispatch bytes, and the host floor of "
+            "a combine row less the clone of the received activations queued ahead of its timer"
+        )
     if len(rows.knot_nodes):
         note += (
             "; rdma_knot_nodes / rdma_knot_frac: the NIC fraction the rows reach at each measured node count "
