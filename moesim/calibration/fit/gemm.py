@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
@@ -63,6 +64,7 @@ def _shape_of(d: pd.DataFrame, family: str) -> dict:
         for c in ("tp", "ep"):
             v = out.get(c, np.ones(len(d)))
             out[c] = np.where(np.isfinite(v), v, 1.0)
+        out.update(MT.routing_keys(d, out))
     return out
 
 
@@ -271,6 +273,8 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
     fits = []
     for (layout, dtype, backend, op), g in d.groupby(keys, sort=True):
         op = op if family == "quant" else ""
+        if family == "moe":
+            g = MT.fit_rows(g, f"{layout or '-'} {dtype} {backend}", RANK0_CLAMPED | EXPERT_MAP, notes)
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {layout or '-'} {dtype} {backend} {op}: {len(g)} rows, too few to fit".strip())
             continue

@@ -9,6 +9,7 @@ import numpy as np
 
 from moesim.grid.core import unique_rows
 from moesim.perf import efficiency as E
+from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
@@ -90,9 +91,27 @@ def moe_rows(shape: dict):
         pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
     elif shape.get("routing") in BALANCED_LOCAL:
         touched = np.minimum(local, np.maximum(pairs, 1.0))
+        if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
+            pairs = _grouped_fill(shape, pairs, lambda loads, _: GR.grouped_rows(loads)[0])
+            touched = _grouped_fill(shape, touched, lambda loads, _: GR.grouped_rows(loads)[1])
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
+
+
+def _grouped(shape: dict):
+    """Rows of a balanced table routed by a group-limited router (n_group > 1; fit.gemm sets it)."""
+    return np.asarray(_opt(shape, "n_group"), float) > 1.0
+
+
+def _grouped_fill(shape: dict, base, per_row):
+    """`base` with its group-routed rows replaced by per_row(their rank-0 loads, row mask)."""
+    keys = ("tokens", "experts", "topk", "ep", "n_group", "topk_group")
+    *cols, out = np.broadcast_arrays(*(np.asarray(_opt(shape, c), float) for c in keys), np.asarray(base, float))
+    out = out.copy()
+    mask = np.broadcast_to(_grouped(shape), out.shape)
+    out[mask] = per_row(GR.grouped_loads(*(c[mask] for c in cols)), mask)
+    return out
 
 
 def _rank0_counts(t, e, k, ep):
@@ -153,7 +172,16 @@ def moe_parts(dtype: str, shape: dict):
     for n, k in ((2.0 * inter, hidden), (hidden, inter)):
         F, b_in, b_out = E.gemm_work(mg, n, k, touched, ib, 2.0)
         parts.append((F, b_in, b_out, mg, n, k, touched))
-    return parts, pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    act = pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    return parts, act + token_pass_bytes(shape, hidden)
+
+
+def token_pass_bytes(shape: dict, hidden):
+    """Streamed bytes of the passes over EVERY token entering the layer, local picks or not
+    (shape key token_bytes: bytes per token and hidden element, set per backend by the fit;
+    0 by default): tokens x hidden x token_bytes."""
+    per = np.asarray(_opt(shape, "token_bytes", 0.0), float)
+    return np.asarray(shape["tokens"], float) * hidden * per
 
 
 def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
@@ -171,8 +199,11 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
 
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
-    if routing in BALANCED_LOCAL:
-        return None
+    if routing in BALANCED_LOCAL:  # exact ceil of even loads; grouped rows: their uneven loads' tiles
+        if not _grouped(shape).any():
+            return None
+        bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
+        return _grouped_fill(shape, np.ones(np.shape(mg)), lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
     if routing == "rank0_clamped":
         args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
         return rank0_tile_padding(*args, E.gemm_block_m(mg))
