@@ -87,7 +87,7 @@ def test_dominated_rows_are_slower_with_less_work():
     notes: list = []
     assert len(MT.fit_rows(d, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, notes)) == 3 and notes
     routed = _rows("sglang_fused_moe_triton", {(1, 1): 1e-3, (2, 1): 3e-3})
-    assert len(MT.fit_rows(routed, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 2  # rank-0 workloads kept
+    assert len(MT.fit_rows(routed, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 2  # expert-map workloads kept
 
 
 def test_routing_keys_by_backend_and_model():
@@ -96,5 +96,5 @@ def test_routing_keys_by_backend_and_model():
     keys = G._shape_of(d.assign(layout="fused"), "moe")
     np.testing.assert_array_equal(keys["n_group"], [8.0, 1.0])
     assert keys["token_bytes"] == MT.FINALIZE_BYTES + MT.NOOP_COPY_BYTES
-    plain = G._shape_of(_rows("sglang_fused_moe_triton", {(8, 1): 1e-3}).assign(layout="fused"), "moe")
-    assert "n_group" not in plain and "token_bytes" not in plain
+    plain = G._shape_of(_rows("moe_torch_flow_cutlass", {(8, 1): 1e-3}).assign(layout="fused"), "moe")
+    assert "n_group" not in plain and plain["token_bytes"] == MT.FINALIZE_BYTES

@@ -37,12 +37,19 @@ SHAPE_KEYS = {
 SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
 # fused-MoE backends whose aiconfigurator collector times EP rank 0 with the remote experts' picks
-# clamped to expert 0 and computed there (collector/sglang/collect_moe.py; the times do not halve
-# from ep 1 to ep 2): priced with routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows)
-RANK0_CLAMPED = frozenset({"sglang_fused_moe_triton"})
-# vLLM's Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros
-# (collector/vllm/collect_moe.py determine_expert_map): routing "expert_map"
-EXPERT_MAP = frozenset({"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts"})
+# clamped to expert 0 and computed there (collector/sglang/collect_moe.py of aiconfigurator after
+# 0.12.0, build_rank0_workloads): routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows).
+# None of the shipped tables: SGLang's 0.12.0 Triton rows halve from EP 1 to EP 2 for most layer shapes
+# (6144 x 2048, 256 experts: 0.53 / 0.53 / 0.57 at 16 / 1024 / 16384 tokens; clamped picks would keep
+# 8 of 8 picks per token, the time of EP 1) and at EP 256 still
+# grow with every token (6144 x 2048, 256 experts: 473 / 880 / 1695 us at 4096 / 8192 / 16384 tokens),
+# the zero-written rows of all tokens: they are priced as expert_map below.
+RANK0_CLAMPED: frozenset = frozenset()
+# Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros (vLLM:
+# collector/vllm/collect_moe.py determine_expert_map; SGLang 0.12.0 tables, see above): routing "expert_map"
+EXPERT_MAP = frozenset(
+    {"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts", "sglang_fused_moe_triton"}
+)
 # (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds and starts of the waves_v1 fit
 WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])

@@ -19,7 +19,7 @@ and dominated (rows dropped, with a note).
   0.95 ms at 16 tokens, and 1.5 ms at 2048 tokens). Such rows are dropped with a note, since the
   model prices the kernel's cost, not a mis-tuned run.
 * n_group / topk_group: rows whose collector routes through the model's group-limited router
-  (moesim.perf.profile.grouped_router): vLLM's FlashInfer CUTLASS rows of DeepSeek-V3 dims.
+  (moesim.perf.profile.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
 """
 
 from __future__ import annotations
@@ -35,13 +35,24 @@ TOKEN_BYTES = {
     "sglang_flashinfer_cutlass_moe": FINALIZE_BYTES,  # FlashInfer cutlass_fused_moe, output in place
     "vllm_fp8moe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
 }
-# vLLM's FlashInfer CUTLASS rows of a model with a group-limited router run that router on the balanced
-# logits (their EP scaling shows it: moesim.perf.profile.grouped_router)
 DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
-# (and B200 / GB200's TRT-LLM-gen monolithic kernel, which routes inside on the logits: EP 2..256 at
-# 8192 tokens 4.7 : 3.6 : 3.1 : 2.8 : 2.7 : 2.6 : 1.5 : 1, the same hot rank 0)
+# aiconfigurator's vLLM collector routes a model with a group-limited router through it on the balanced
+# logits (the rows' EP scaling shows it, moesim.perf.profile.grouped_router): H200 FlashInfer CUTLASS
+# (EP 2..256 at 16384 tokens 8.07 : 5.90 : 4.79 : 4.15 : 3.97 : 3.74 : 1.95 : 1; model 8 : 6 : 5 : 4.5 :
+# 4.25 : 4 : 2 : 1), H200 Triton at EP 1 (half the experts touched: measured 0.53x the balanced price
+# from 16 to 512 tokens) and B200 / GB200 TRT-LLM-gen monolithic (routes inside on the logits; EP
+# 2..256 at 8192 tokens 4.7 : 3.6 : 3.1 : 2.8 : 2.7 : 2.6 : 1.5 : 1, the same hot rank 0); SGLang's
+# Triton rows too (EP 1 = EP 2 at every token count for DeepSeek-V3 only: all 8 picks on experts < 128;
+# EP 2..256 at 16384 tokens 1 : 0.78 : 0.66 : 0.63 : 0.58 : 0.56 : 0.33 : 0.22, model 1 : 0.75 : 0.63 :
+# 0.56 : 0.53 : 0.5 : 0.25 : 0.13 plus the zero-written rows of all tokens). TRT-LLM's rows show none
+# of it (DeepSeek-V3 halves with EP like its neighbours): plain top-k.
 GROUPED_ROUTER = frozenset(
-    {"vllm_fp8moe_flashinfer_cutlass_flashinferexperts", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"}
+    {
+        "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+        "vllm_fp8moe_triton_tritonexperts",
+        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+        "sglang_fused_moe_triton",
+    }
 )
 # (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
 GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
