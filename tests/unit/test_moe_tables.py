@@ -77,7 +77,10 @@ def test_token_bytes_add_every_token_row():
 
 
 def _rows(backend: str, times: dict) -> pd.DataFrame:
-    rows = [dict(DSV3, tokens=64.0, ep=ep, tp=tp, time_s=t, backend=backend) for (ep, tp), t in times.items()]
+    rows = [
+        dict(DSV3, tokens=64.0, ep=ep, tp=tp, time_s=t, backend=backend, layout="fused")
+        for (ep, tp), t in times.items()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -86,6 +89,8 @@ def test_dominated_rows_are_slower_with_less_work():
     np.testing.assert_array_equal(MT.dominated(d), [False, True, False, False])
     notes: list = []
     assert len(MT.fit_rows(d, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, notes)) == 3 and notes
+    masked = d.assign(layout="masked")  # DeepEP layouts: a rank's own tokens, kept
+    assert len(MT.fit_rows(masked, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 4
     routed = _rows("sglang_fused_moe_triton", {(1, 1): 1e-3, (2, 1): 3e-3})
     assert len(MT.fit_rows(routed, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 2  # expert-map workloads kept
 

@@ -100,10 +100,11 @@ def dominated(d: pd.DataFrame, factor: float = DOMINATED_FACTOR) -> np.ndarray:
 
 
 def fit_rows(g: pd.DataFrame, label: str, routed: frozenset, notes: list) -> pd.DataFrame:
-    """Rows of one moe (layout, dtype, backend) group to fit: dominated rows dropped (with a note)
-    unless the backend's collector routes unevenly (`routed`: rank-0 or expert-map workloads)."""
-    if not len(g) or set(g.backend) & routed:
-        return g
+    """Rows of one moe (layout, dtype, backend) group to fit: dominated rows of a fused layer dropped
+    (with a note) unless the backend's collector routes unevenly (`routed`: rank-0 or expert-map
+    workloads)."""
+    if not len(g) or set(g.backend) & routed or set(g.get("layout", ["fused"])) != {"fused"}:
+        return g  # DeepEP layouts (masked / contiguous) time a rank's own received tokens
     bad = dominated(g)
     if bad.any():
         notes.append(
