@@ -79,8 +79,9 @@ def moe_rows(shape: dict):
     E_local (1 - (1 - topk / E)^tokens) (moesim.workload.ffn.expected_active_slots, the
     workload's); routing = "balanced" (the measured tables' even spread: aiconfigurator's
     balanced / uniform rows, whose times step with min(E_local, pairs), not with the random
-    expectation) min(E_local, pairs); routing = "rank0_clamped": the pairs the collector's
-    rank-0 kernel really computes (rank0_clamped_rows)."""
+    expectation) min(E_local, pairs), or, on rows with n_group > 1, the rank-0 loads of a
+    group-limited router on the collector's logits (grouped_router); routing = "rank0_clamped":
+    the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows)."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
@@ -186,7 +187,8 @@ def token_pass_bytes(shape: dict, hidden):
 
 def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
     """Streamed bytes of the token-expert rows a rank holds no expert for, under routing =
-    "expert_map" (vLLM's fused_experts with an expert_map, EP without a dispatch: every rank gets
+    "expert_map" (vLLM's fused_experts with an expert_map, and SGLang's 0.12.0 Triton tables
+    (moesim.calibration.fit.gemm.EXPERT_MAP), EP without a dispatch: every rank gets
     all T tokens, moe_align_block_size maps remote experts to -1 and the Triton kernel's blocks of
     expert -1 write zeros, fused_moe.py `write_zeros_to_output`): each remote row still writes its
     up (2 n) and down (hidden) BF16 outputs, goes through SiLU & mul and is read by the top-k sum.
