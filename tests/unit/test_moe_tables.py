@@ -103,3 +103,33 @@ def test_routing_keys_by_backend_and_model():
     assert keys["token_bytes"] == MT.FINALIZE_BYTES + MT.NOOP_COPY_BYTES
     plain = G._shape_of(_rows("moe_torch_flow_cutlass", {(8, 1): 1e-3}).assign(layout="fused"), "moe")
     assert "n_group" not in plain and plain["token_bytes"] == MT.FINALIZE_BYTES
+
+
+def test_token_bytes_param_prices_the_reader_like_the_fit():
+    """A fitted moe entry carries its backend's token_bytes; model_time adds those bytes at eta_m."""
+    from moesim.perf.profile import schema as S
+    from moesim.perf.profile.work import model_time
+
+    p = {"eta_c": 0.3, "eta_m": 0.7, "alpha_us": 30.0, "kb_ns": 20.0, "sm_GBps": 300.0}
+    shape = dict(DSV3, tokens=4096.0, ep=64.0, routing="balanced")
+    base = model_time(S.WAVES, "moe", "fp8_block", 132, 1979e12, 4.8e12, p, shape)
+    more = model_time(S.WAVES, "moe", "fp8_block", 132, 1979e12, 4.8e12, {**p, "token_bytes": 6.0}, shape)
+    assert float(more - base) == pytest.approx(4096.0 * 7168.0 * 6.0 / (4.8e12 * 0.7))
+    checker = S._Checker("x")
+    checker.fields("params", {**p, "token_bytes": 6.0}, S.PARAMS[S.WAVES])  # an allowed waves_v1 param
+
+
+def test_fit_records_token_bytes_of_the_backend():
+    rng = np.random.default_rng(0)
+    rows = []
+    for n, tok, ep in [(n, t, e) for n in (1024.0, 2048.0, 4096.0) for t in (16.0, 256.0, 4096.0) for e in (8.0, 32.0)]:
+        rows.append(dict(hidden=4096.0, n=n, experts=256.0, topk=8.0, tokens=tok, ep=ep, tp=1.0, layout="fused"))
+    d = pd.DataFrame(rows).assign(
+        backend="moe_torch_flow_cutlass", kernel="moe", dtype="fp8_block", exclude="", source="x"
+    )
+    d["time_s"] = 3e-5 + d.tokens * d.n * 1e-12 * rng.uniform(0.9, 1.1, len(d))
+    from moesim.calibration.fit.peaks import Peaks
+    from moesim.specs.loader import load_hardware
+
+    e = G.fit_waves("moe", d, "fp8_block", "moe_torch_flow_cutlass", Peaks.from_hardware(load_hardware("h200")), "h200")
+    assert e["params"]["token_bytes"] == MT.FINALIZE_BYTES

@@ -201,6 +201,8 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
+    if family == "moe" and backend in MT.TOKEN_BYTES:  # priced the same way by the reader (work.model_time)
+        params["token_bytes"] = MT.TOKEN_BYTES[backend]
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
     if family == "gemm" and act_quant_in_rows(data.d, dtype):
         e["act_quant_in_rows"] = True

@@ -244,6 +244,8 @@ def model_time(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shap
     """Modelled time (s) of a waves_v1 / stream_v1 entry with params p for a broadcast shape."""
     if model == STREAM:
         return E.stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
+    if family == "moe" and p.get("token_bytes") is not None and shape.get("token_bytes") is None:
+        shape = {**shape, "token_bytes": p["token_bytes"]}  # the entry's per-token passes (fit.moe_tables)
     return parts_time(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
 
 
