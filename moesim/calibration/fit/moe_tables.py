@@ -4,9 +4,9 @@ per backend, and which of their rows are not the kernel's cost. Read by the wave
 and dominated (rows dropped, with a note).
 
 * token_bytes: passes over EVERY token entering the layer, whether or not it has a pick on the
-  timed rank (moesim.perf.profile.work.token_pass_bytes). The TRT-LLM CUTLASS MoE runner (TRT-LLM's
-  torch-flow CutlassFusedMoE and FlashInfer's cutlass_fused_moe, which is that runner) ends in
-  finalizeMoeRouting, one block per token that sums the token's local rows and writes its BF16
+  timed rank (moesim.perf.profile.work.token_pass_bytes). The TRT-LLM MoE runners (TRT-LLM's
+  torch-flow CutlassFusedMoE / DeepGEMM backend, FlashInfer's cutlass_fused_moe and TRT-LLM-gen MoE,
+  which are those runners) end in finalizeMoeRouting, one block per token that sums the token's local rows and writes its BF16
   output row (zero when none is local): 2 bytes per token and hidden element. vLLM's FlashInferExperts
   returns through TopKWeightAndReduceNoOP, which copies the experts' output into the layer output
   (output.copy_: read + write BF16, 4 more); its FP8 block path takes BF16 input and quantizes inside
@@ -32,8 +32,16 @@ NOOP_COPY_BYTES = 4.0  # vLLM TopKWeightAndReduceNoOP: output.copy_ (BF16 read +
 TOKEN_BYTES = {
     "moe_torch_flow_cutlass": FINALIZE_BYTES,
     "moe_torch_flow_nongated": FINALIZE_BYTES,
+    "deepgemm": FINALIZE_BYTES,  # TRT-LLM's DeepGEMM MoE backend (B200 / GB200): the same finalize
     "sglang_flashinfer_cutlass_moe": FINALIZE_BYTES,  # FlashInfer cutlass_fused_moe, output in place
+    "sglang_flashinfer_trtllm_moe": FINALIZE_BYTES,  # FlashInfer TRT-LLM-gen MoE: its finalize
     "vllm_fp8moe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    # TrtLlmFp8ExpertsModular also returns through TopKWeightAndReduceNoOP; the monolithic and BF16
+    # TRT-LLM-gen experts: the kernel's finalize alone
+    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": FINALIZE_BYTES,
+    "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": FINALIZE_BYTES,
 }
 DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
 # aiconfigurator's vLLM collector routes a model with a group-limited router through it on the balanced
