@@ -99,7 +99,7 @@ def _rows(backend: str, ep: float) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "backend,routing",
     [
-        ("sglang_fused_moe_triton", "rank0_clamped"),
+        ("sglang_fused_moe_triton", "expert_map"),
         ("vllm_unquantizedfusedmoe_triton_tritonexperts", "expert_map"),
         ("moe_torch_flow_cutlass", "balanced"),
     ],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
@@ -36,12 +37,19 @@ SHAPE_KEYS = {
 SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
 # fused-MoE backends whose aiconfigurator collector times EP rank 0 with the remote experts' picks
-# clamped to expert 0 and computed there (collector/sglang/collect_moe.py; the times do not halve
-# from ep 1 to ep 2): priced with routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows)
-RANK0_CLAMPED = frozenset({"sglang_fused_moe_triton"})
-# vLLM's Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros
-# (collector/vllm/collect_moe.py determine_expert_map): routing "expert_map"
-EXPERT_MAP = frozenset({"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts"})
+# clamped to expert 0 and computed there (collector/sglang/collect_moe.py of aiconfigurator after
+# 0.12.0, build_rank0_workloads): routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows).
+# None of the shipped tables: SGLang's 0.12.0 Triton rows halve from EP 1 to EP 2 for most layer shapes
+# (6144 x 2048, 256 experts: 0.53 / 0.53 / 0.57 at 16 / 1024 / 16384 tokens; clamped picks would keep
+# 8 of 8 picks per token, the time of EP 1) and at EP 256 still
+# grow with every token (6144 x 2048, 256 experts: 473 / 880 / 1695 us at 4096 / 8192 / 16384 tokens),
+# the zero-written rows of all tokens: they are priced as expert_map below.
+RANK0_CLAMPED: frozenset = frozenset()
+# Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros (vLLM:
+# collector/vllm/collect_moe.py determine_expert_map; SGLang 0.12.0 tables, see above): routing "expert_map"
+EXPERT_MAP = frozenset(
+    {"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts", "sglang_fused_moe_triton"}
+)
 # (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds and starts of the waves_v1 fit
 WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
@@ -63,6 +71,7 @@ def _shape_of(d: pd.DataFrame, family: str) -> dict:
         for c in ("tp", "ep"):
             v = out.get(c, np.ones(len(d)))
             out[c] = np.where(np.isfinite(v), v, 1.0)
+        out.update(MT.routing_keys(d, out))
     return out
 
 
@@ -192,6 +201,8 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
+    if family == "moe" and backend in MT.TOKEN_BYTES:  # priced the same way by the reader (work.model_time)
+        params["token_bytes"] = MT.TOKEN_BYTES[backend]
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
     if family == "gemm" and act_quant_in_rows(data.d, dtype):
         e["act_quant_in_rows"] = True
@@ -271,6 +282,8 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
     fits = []
     for (layout, dtype, backend, op), g in d.groupby(keys, sort=True):
         op = op if family == "quant" else ""
+        if family == "moe":
+            g = MT.fit_rows(g, f"{layout or '-'} {dtype} {backend}", RANK0_CLAMPED | EXPERT_MAP, notes)
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {layout or '-'} {dtype} {backend} {op}: {len(g)} rows, too few to fit".strip())
             continue

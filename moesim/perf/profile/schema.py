@@ -116,6 +116,9 @@ PARAMS = {
         "alpha_us": US,
         "kb_ns": Num(0.0, 1e6),  # k-block pipeline latency floor per CTA
         "sm_GBps": Num(0.0, 1e6, lo_open=True),  # one SM's load bandwidth
+        # moe: bytes per token and hidden element of passes over every token (fixed per backend, not
+        # fitted: moesim.calibration.fit.moe_tables.TOKEN_BYTES; moesim.perf.profile.work.token_pass_bytes)
+        "token_bytes": Num(0.0, 1e3, optional=True),
     },
     STREAM: {"alpha_us": US, "eta_m": ETA},
     ALPHA_BETA: {

@@ -9,6 +9,7 @@ import numpy as np
 
 from moesim.grid.core import unique_rows
 from moesim.perf import efficiency as E
+from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
@@ -78,8 +79,9 @@ def moe_rows(shape: dict):
     E_local (1 - (1 - topk / E)^tokens) (moesim.workload.ffn.expected_active_slots, the
     workload's); routing = "balanced" (the measured tables' even spread: aiconfigurator's
     balanced / uniform rows, whose times step with min(E_local, pairs), not with the random
-    expectation) min(E_local, pairs); routing = "rank0_clamped": the pairs the collector's
-    rank-0 kernel really computes (rank0_clamped_rows)."""
+    expectation) min(E_local, pairs), or, on rows with n_group > 1, the rank-0 loads of a
+    group-limited router on the collector's logits (grouped_router); routing = "rank0_clamped":
+    the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows)."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
@@ -90,9 +92,27 @@ def moe_rows(shape: dict):
         pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
     elif shape.get("routing") in BALANCED_LOCAL:
         touched = np.minimum(local, np.maximum(pairs, 1.0))
+        if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
+            pairs = _grouped_fill(shape, pairs, lambda loads, _: GR.grouped_rows(loads)[0])
+            touched = _grouped_fill(shape, touched, lambda loads, _: GR.grouped_rows(loads)[1])
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
+
+
+def _grouped(shape: dict):
+    """Rows of a balanced table routed by a group-limited router (n_group > 1; fit.gemm sets it)."""
+    return np.asarray(_opt(shape, "n_group"), float) > 1.0
+
+
+def _grouped_fill(shape: dict, base, per_row):
+    """`base` with its group-routed rows replaced by per_row(their rank-0 loads, row mask)."""
+    keys = ("tokens", "experts", "topk", "ep", "n_group", "topk_group")
+    *cols, out = np.broadcast_arrays(*(np.asarray(_opt(shape, c), float) for c in keys), np.asarray(base, float))
+    out = out.copy()
+    mask = np.broadcast_to(_grouped(shape), out.shape)
+    out[mask] = per_row(GR.grouped_loads(*(c[mask] for c in cols)), mask)
+    return out
 
 
 def _rank0_counts(t, e, k, ep):
@@ -153,12 +173,22 @@ def moe_parts(dtype: str, shape: dict):
     for n, k in ((2.0 * inter, hidden), (hidden, inter)):
         F, b_in, b_out = E.gemm_work(mg, n, k, touched, ib, 2.0)
         parts.append((F, b_in, b_out, mg, n, k, touched))
-    return parts, pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    act = pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    return parts, act + token_pass_bytes(shape, hidden)
+
+
+def token_pass_bytes(shape: dict, hidden):
+    """Streamed bytes of the passes over EVERY token entering the layer, local picks or not
+    (shape key token_bytes: bytes per token and hidden element, set per backend by the fit;
+    0 by default): tokens x hidden x token_bytes."""
+    per = np.asarray(_opt(shape, "token_bytes", 0.0), float)
+    return np.asarray(shape["tokens"], float) * hidden * per
 
 
 def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
     """Streamed bytes of the token-expert rows a rank holds no expert for, under routing =
-    "expert_map" (vLLM's fused_experts with an expert_map, EP without a dispatch: every rank gets
+    "expert_map" (vLLM's fused_experts with an expert_map, and SGLang's 0.12.0 Triton tables
+    (moesim.calibration.fit.gemm.EXPERT_MAP), EP without a dispatch: every rank gets
     all T tokens, moe_align_block_size maps remote experts to -1 and the Triton kernel's blocks of
     expert -1 write zeros, fused_moe.py `write_zeros_to_output`): each remote row still writes its
     up (2 n) and down (hidden) BF16 outputs, goes through SiLU & mul and is read by the top-k sum.
@@ -171,8 +201,11 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
 
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
-    if routing in BALANCED_LOCAL:
-        return None
+    if routing in BALANCED_LOCAL:  # exact ceil of even loads; grouped rows: their uneven loads' tiles
+        if not _grouped(shape).any():
+            return None
+        bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
+        return _grouped_fill(shape, np.ones(np.shape(mg)), lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
     if routing == "rank0_clamped":
         args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
         return rank0_tile_padding(*args, E.gemm_block_m(mg))
@@ -211,6 +244,8 @@ def model_time(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shap
     """Modelled time (s) of a waves_v1 / stream_v1 entry with params p for a broadcast shape."""
     if model == STREAM:
         return E.stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
+    if family == "moe" and p.get("token_bytes") is not None and shape.get("token_bytes") is None:
+        shape = {**shape, "token_bytes": p["token_bytes"]}  # the entry's per-token passes (fit.moe_tables)
     return parts_time(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
 
 

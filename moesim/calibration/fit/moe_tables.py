@@ -1,0 +1,121 @@
+"""What the measured fused-MoE tables (aiconfigurator moe_perf) ran beyond the layer's expert GEMMs,
+per backend, and which of their rows are not the kernel's cost. Read by the waves_v1 fit
+(moesim.calibration.fit.gemm) through routing_keys (extra shape keys of moesim.perf.profile.work)
+and dominated (rows dropped, with a note).
+
+* token_bytes: passes over EVERY token entering the layer, whether or not it has a pick on the
+  timed rank (moesim.perf.profile.work.token_pass_bytes). The TRT-LLM MoE runners (TRT-LLM's
+  torch-flow CutlassFusedMoE / DeepGEMM backend, FlashInfer's cutlass_fused_moe and TRT-LLM-gen MoE,
+  which are those runners) end in finalizeMoeRouting, one block per token that sums the token's local rows and writes its BF16
+  output row (zero when none is local): 2 bytes per token and hidden element. vLLM's FlashInferExperts
+  returns through TopKWeightAndReduceNoOP, which copies the experts' output into the layer output
+  (output.copy_: read + write BF16, 4 more); its FP8 block path takes BF16 input and quantizes inside
+  the kernel per expanded row (expects_unquantized_inputs), so no per-token quant pass.
+* dominated rows: on a rank that computes its share of the layer (balanced routing), raising EP or
+  TP never adds work (fewer local experts or pairs, narrower experts); a row more than
+  DOMINATED_FACTOR slower than a row of the same layer and token count with no more EP and TP ran a
+  worse kernel configuration than the engine's (TRT-LLM's H200 BF16 CUTLASS table: whole (EP, TP)
+  settings at 3-6x, e.g. 5120/8192, 16 experts, top-1: EP 1 TP 2 3.4 ms where EP 1 TP 1 takes
+  0.95 ms at 16 tokens, and 1.5 ms at 2048 tokens). Such rows are dropped with a note, since the
+  model prices the kernel's cost, not a mis-tuned run.
+* n_group / topk_group: rows whose collector routes through the model's group-limited router
+  (moesim.perf.profile.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+FINALIZE_BYTES = 2.0  # finalizeMoeRouting: one BF16 output row per token
+NOOP_COPY_BYTES = 4.0  # vLLM TopKWeightAndReduceNoOP: output.copy_ (BF16 read + write)
+TOKEN_BYTES = {
+    "moe_torch_flow_cutlass": FINALIZE_BYTES,
+    "moe_torch_flow_nongated": FINALIZE_BYTES,
+    "deepgemm": FINALIZE_BYTES,  # TRT-LLM's DeepGEMM MoE backend (B200 / GB200): the same finalize
+    "sglang_flashinfer_cutlass_moe": FINALIZE_BYTES,  # FlashInfer cutlass_fused_moe, output in place
+    "sglang_flashinfer_trtllm_moe": FINALIZE_BYTES,  # FlashInfer TRT-LLM-gen MoE: its finalize
+    "vllm_fp8moe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    # TrtLlmFp8ExpertsModular also returns through TopKWeightAndReduceNoOP; the monolithic and BF16
+    # TRT-LLM-gen experts: the kernel's finalize alone
+    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular": FINALIZE_BYTES + NOOP_COPY_BYTES,
+    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": FINALIZE_BYTES,
+    "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": FINALIZE_BYTES,
+}
+DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
+# aiconfigurator's vLLM collector routes a model with a group-limited router through it on the balanced
+# logits (the rows' EP scaling shows it, moesim.perf.profile.grouped_router): H200 FlashInfer CUTLASS
+# (EP 2..256 at 16384 tokens 8.07 : 5.90 : 4.79 : 4.15 : 3.97 : 3.74 : 1.95 : 1; model 8 : 6 : 5 : 4.5 :
+# 4.25 : 4 : 2 : 1), H200 Triton at EP 1 (half the experts touched: measured 0.53x the balanced price
+# from 16 to 512 tokens) and B200 / GB200 TRT-LLM-gen monolithic (routes inside on the logits; EP
+# 2..256 at 8192 tokens 4.7 : 3.6 : 3.1 : 2.8 : 2.7 : 2.6 : 1.5 : 1, the same hot rank 0); SGLang's
+# Triton rows too (EP 1 = EP 2 at every token count for DeepSeek-V3 only: all 8 picks on experts < 128;
+# EP 2..256 at 16384 tokens 1 : 0.78 : 0.66 : 0.63 : 0.58 : 0.56 : 0.33 : 0.22, model 1 : 0.75 : 0.63 :
+# 0.56 : 0.53 : 0.5 : 0.25 : 0.13 plus the zero-written rows of all tokens). TRT-LLM's rows show none
+# of it (DeepSeek-V3 halves with EP like its neighbours): plain top-k.
+GROUPED_ROUTER = frozenset(
+    {
+        "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+        "vllm_fp8moe_triton_tritonexperts",
+        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+        "sglang_fused_moe_triton",
+    }
+)
+# (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
+GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
+
+
+def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
+    """Extra moe shape keys of rows `d` (one backend): token_bytes, n_group / topk_group."""
+    backends = set(d.backend) if len(d) else set()
+    out = {}
+    if len(backends) == 1 and next(iter(backends)) in TOKEN_BYTES:
+        out["token_bytes"] = TOKEN_BYTES[next(iter(backends))]
+    if backends and backends <= GROUPED_ROUTER:
+        out.update(router_groups(shape))
+    return out
+
+
+def router_groups(shape: dict) -> dict:
+    """n_group / topk_group per row: GROUPED_MODELS' by the row's dims, 1 / 1 (plain top-k) otherwise."""
+    ng, tg = np.ones(len(shape["tokens"])), np.ones(len(shape["tokens"]))
+    for dims, (g, k) in GROUPED_MODELS.items():
+        hit = np.all([shape[c] == v for c, v in zip(("hidden", "n", "experts", "topk"), dims)], axis=0)
+        ng, tg = np.where(hit, g, ng), np.where(hit, k, tg)
+    return {"n_group": ng, "topk_group": tg}
+
+
+def dominated(d: pd.DataFrame, factor: float = DOMINATED_FACTOR) -> np.ndarray:
+    """Row mask of `d` (one balanced-routing backend and dtype): rows more than `factor` slower
+    than a row of the same layer dims and token count with ep and tp no larger (module docstring)."""
+    keys = ["hidden", "n", "experts", "topk", "tokens"]
+    x = (
+        d[keys]
+        .astype(float)
+        .assign(
+            ep=d["ep"].astype(float).fillna(1.0) if "ep" in d else 1.0,
+            tp=d["tp"].astype(float).fillna(1.0) if "tp" in d else 1.0,
+            t=d["time_s"].astype(float).values,
+            row=np.arange(len(d)),
+        )
+    )
+    m = x.merge(x, on=keys, suffixes=("", "_o"))
+    less = (m.ep_o <= m.ep) & (m.tp_o <= m.tp) & (m.row_o != m.row) & (m.t > factor * m.t_o)
+    out = np.zeros(len(d), bool)
+    out[m.row[less].values] = True
+    return out
+
+
+def fit_rows(g: pd.DataFrame, label: str, routed: frozenset, notes: list) -> pd.DataFrame:
+    """Rows of one moe (layout, dtype, backend) group to fit: dominated rows of a fused layer dropped
+    (with a note) unless the backend's collector routes unevenly (`routed`: rank-0 or expert-map
+    workloads)."""
+    if not len(g) or set(g.backend) & routed or set(g.get("layout", ["fused"])) != {"fused"}:
+        return g  # DeepEP layouts (masked / contiguous) time a rank's own received tokens
+    bad = dominated(g)
+    if bad.any():
+        notes.append(
+            f"moe {label}: {int(bad.sum())} rows > {DOMINATED_FACTOR}x slower than the same layer with no more EP / TP: dropped"
+        )
+    return g[~bad]
