@@ -46,14 +46,16 @@ AXES = {  # shape columns the residual is interpolated over (log space), per fam
 
 # Neighbour-search weights (moesim.perf.profile.residual.search_weights), one per axis of AXES, per
 # (family, dtype); absent: 1 each. Block-scaled FP8 GEMMs choose their tile and wave configuration
-# from m and n alone (DeepGEMM get_best_config: block sizes and waves from m, n; k only sets the
-# pipeline stages; TRT-LLM / CUTLASS block-scale GEMMs dispatch tiles on m, n likewise), so what the
-# physics misses of that choice (heuristic switches, slow m bands) is shared by the k's of one (m, n)
-# and changes abruptly with m and n: neighbours are taken along k first. Not for bf16 (cuBLAS picks
-# algorithms and split-K by k too: weighting made those tables worse). Values chosen by held-out
-# error on the H200 tables (grouped CV p90 %, unweighted -> weighted: sglang DeepGEMM 23.0 -> 21.1,
-# TRT-LLM 12.6 -> 10.0, vLLM DeepGEMM 10.4 -> 10.9, FlashInfer 5.0 -> 5.8, CUTLASS 4.3 -> 4.7).
-AXIS_WEIGHTS = {("gemm", "fp8_block"): (30.0, 3.0, 1.0)}
+# from m and n (DeepGEMM SM90: block sizes, multicast and waves from m, n, with k only in the
+# integer-rounded cost, moesim.perf.deepgemm_layout; TRT-LLM / CUTLASS block-scale GEMMs dispatch
+# tiles on m, n likewise), so what the physics misses of that choice is shared by the k's of one
+# (m, n) and changes abruptly with m and n, down to one row (m 4096 -> 4097 is another layout; the
+# m axis's mean log step is 0.14, so one row there is 0.002 steps): neighbours are taken along k at
+# the same m first. Not for bf16 (cuBLAS picks algorithms and split-K by k too: weighting made
+# those tables worse). Values chosen by held-out error on the H200 tables (grouped CV / LOSO p90 %,
+# weights 30, 3, 1 -> 3000, 5, 1 with the same physics: sglang DeepGEMM 20.6 / 21.1 -> 18.4 / 18.0,
+# TRT-LLM 9.1 / 9.8 -> 7.8 / 7.2; B200 sglang 24.1 -> 23.9, B200 TRT-LLM 6.5 -> 7.4 grouped).
+AXIS_WEIGHTS = {("gemm", "fp8_block"): (3000.0, 5.0, 1.0)}
 
 
 def weights_for(data):
