@@ -132,9 +132,11 @@ class Residual:
     def log_factor(self, zq: np.ndarray, nearest_fn=None) -> np.ndarray:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
         query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours).
-        The neighbour search scales each axis by its weight; the hull fade does not."""
-        idx, dist = (nearest_fn or self._tree_nearest)(self.z * self.w, zq * self.w, self.k)
-        return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, dist)
+        The neighbour search scales each axis by its weight; the hull fade and the exact-hit test do
+        not (the stored log shapes are rounded to 1e-9: a weight of 3000 would lift that past EXACT)."""
+        idx, _ = (nearest_fn or self._tree_nearest)(self.z * self.w, zq * self.w, self.k)
+        exact = np.sqrt(((self.z[idx[:, 0]] - zq) ** 2).sum(1))[:, None]  # unweighted, nearest only
+        return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, exact)
 
     def _tree_nearest(self, train: np.ndarray, query: np.ndarray, k: int):
         """`nearest` through a k-d tree of the train rows built once per residual (scipy's cKDTree,
