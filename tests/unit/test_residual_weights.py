@@ -85,3 +85,14 @@ def test_fp8_block_gemm_fit_writes_its_weights_and_the_reader_uses_them(tmp_path
     bad = dict(entry["residual"], axis_weights=[1.0, 2.0])
     with pytest.raises(CalibrationError):
         S.validate({"gpu": "t", "kernels": {"gemm": dict(entry, residual=bad)}}, "t")
+
+
+def test_weights_by_sm_generation():
+    from types import SimpleNamespace as NS_
+
+    def w(gen, dtype="fp8_block"):
+        return R.weights_for(NS_(family="gemm", dtype=dtype, sm_generation=gen))
+
+    assert w(9) == (3000.0, 5.0, 1.0)  # Hopper: one row of m can change the layout
+    assert w(10) == w(0) == W  # Blackwell / unknown: the family's weights
+    assert w(9, "bf16") is None

@@ -107,6 +107,7 @@ class WavesData:
         self.family, self.d, self.dtype = family, d, dtype
         self.t = d.time_s.values.astype(float)
         self.sms, self.peak, self.bw = peaks.sms, peaks.peak(dtype), peaks.hbm_Bps
+        self.sm_generation = peaks.sm_generation  # the residual's neighbour weights (fit.residual)
         self.keys = gemm_keys(family, d, dtype, peaks)
         self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)

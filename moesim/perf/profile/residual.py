@@ -10,7 +10,7 @@ T_physics) at the measured shapes and w fades the correction out beyond the meas
   Chosen by leave-one-shape-out error on the H200 sglang DeepGEMM table (29.5k shapes): median of
   12 neighbours 6.2 % / p90 21.7 % vs inverse-distance weighting 8.7 % / 31.7 % (single noisy
   neighbours, e.g. DeepGEMM's m = 4096 slow rows, drag an IDW mean). A block may carry
-  `axis_weights` that scale the neighbour search per axis (block-scaled FP8 GEMMs: m 3000, n 5, k 1,
+  `axis_weights` that scale the neighbour search per axis (block-scaled FP8 GEMMs on Hopper: m 3000, n 5, k 1,
   moesim.calibration.fit.residual.AXIS_WEIGHTS: their configuration depends on m and n, not k;
   grouped-CV p90 on that table 23.0 -> 21.1 % at m 30, n 3, 20.6 -> 18.4 % at m 3000, n 5). Multilinear on the grid (a held-out point from its axial
   neighbours) held out 7.2 % / 21.5 % (bf16 table: 5.6 / 16.1 vs 4.7 / 16.5 here), and needs a
