@@ -68,21 +68,29 @@ def _cycles(m, n, k, sms, bm, bn, cm, cn):
     return np.where((cm * cn > 1) & (waves <= 1), np.inf, cyc), blocks
 
 
-def sm90_fp8_layout(m, n, k, sms):
-    """(CTAs, block_m, block_n, load rows per k-block) of one [m, k] x [k, n] FP8 GEMM as DeepGEMM
-    SM90 lays it out, vectorized (distinct (m, n, k) only). Load rows = block_m / cluster_n +
-    block_n / cluster_m: the A and B rows one CTA pulls through L2 per k-block (the multicast
-    operand is fetched once per cluster of 2)."""
-    m, n, k = np.broadcast_arrays(*(np.maximum(np.asarray(v, float), 1.0) for v in (m, n, k)))
-    key = np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1)
-    u, inv = np.unique(key, axis=0, return_inverse=True)
-    um, un, uk = (u[:, i : i + 1] for i in range(3))
+CHUNK = 2048  # distinct shapes ranked at a time (CHUNK x candidates floats per array)
+
+
+def _best(um, un, uk, sms):
+    """(CTAs, block_m, block_n, load rows) of distinct shapes [U x 1] each: the cheapest legal candidate."""
     bm, bn, cm, cn = (CANDIDATES[None, :, i] for i in range(4))
     stages = pipeline_stages(bm, bn, uk)
     # stages >= 3 to hide TMA latency, >= 4 for tiles under 128 x 192; block_m 16 / 32 only for m <= 16 / 32
     ok = (stages >= 3) & ((bm * bn >= 128 * 192) | (stages >= 4)) & ((bm > 32) | (um <= bm))
     cyc, blocks = _cycles(um, un, uk, float(sms), bm, bn, cm, cn)
     j = np.argmin(np.where(ok, cyc, np.inf), axis=1)  # the first of the cheapest (strict <)
-    r = np.arange(len(u))
-    out = (blocks[r, j], bm[0, j], bn[0, j], bm[0, j] / cn[0, j] + bn[0, j] / cm[0, j])
+    r = np.arange(len(um))
+    return blocks[r, j], bm[0, j], bn[0, j], bm[0, j] / cn[0, j] + bn[0, j] / cm[0, j]
+
+
+def sm90_fp8_layout(m, n, k, sms):
+    """(CTAs, block_m, block_n, load rows per k-block) of one [m, k] x [k, n] FP8 GEMM as DeepGEMM
+    SM90 lays it out, vectorized (distinct (m, n, k) only, in chunks). Load rows = block_m /
+    cluster_n + block_n / cluster_m: the A and B rows one CTA pulls through L2 per k-block (the
+    multicast operand is fetched once per cluster of 2)."""
+    m, n, k = np.broadcast_arrays(*(np.maximum(np.asarray(v, float), 1.0) for v in (m, n, k)))
+    key = np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1)
+    u, inv = np.unique(key, axis=0, return_inverse=True)
+    parts = [_best(*(c[:, i : i + 1] for i in range(3)), sms) for c in np.array_split(u, -(-len(u) // CHUNK))]
+    out = [np.concatenate([p[i] for p in parts]) for i in range(4)]
     return tuple(v[inv.ravel()].reshape(m.shape) for v in out)

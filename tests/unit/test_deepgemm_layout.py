@@ -66,6 +66,8 @@ def test_tiling_and_act_quant_keys_move_the_modelled_time():
     assert quant - tiled == pytest.approx(want, rel=1e-9)
     parts, extra = waves_parts("gemm", "fp8_block", SMS, {**base, "tiling": DEEPGEMM_SM90})
     assert len(parts[0]) == 8 and np.all(extra == 0.0)
+    grouped, _ = waves_parts("gemm", "fp8_block", SMS, {**base, "groups": 4.0, "tiling": DEEPGEMM_SM90})
+    assert len(grouped[0]) == 7  # the layout rule is the normal GEMM's: grouped shapes keep gemm_tiling
 
 
 def test_entry_keys_only_for_gemm():

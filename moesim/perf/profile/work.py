@@ -207,7 +207,7 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
         # rank0_clamped: exact tiles of the cold experts and the hot expert 0
         pad = _moe_tile_padding(shape, gemms[0][3])
-    elif shape.get("tiling") == DEEPGEMM_SM90:  # a normal FP8 GEMM laid out as DeepGEMM SM90 does
+    elif shape.get("tiling") == DEEPGEMM_SM90 and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's SM90 layout
         _need(family, shape, ("m", "n", "k"))
         m, n, k = shape["m"], shape["n"], shape["k"]
         _, b_in, b_out = E.gemm_work(m, n, k, 1.0, ib, E.out_bytes_for(dtype))
