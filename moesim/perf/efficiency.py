@@ -138,7 +138,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
 K_BLOCK = 128.0  # DeepGEMM / CUTLASS FP8 block-scaled main loop: one k-block = 128 (one scale)
 
 
-def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
+def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, load_rows=None):
     """T_model of the waves_v1 form (tile and wave quantization, issue 14 sec. 3; p: the entry's
     params eta_c, eta_m, alpha_us, kb_ns, sm_GBps):
 
@@ -151,12 +151,16 @@ def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
     load bandwidth sm_bw, or by the k-block pipeline latency kb_ns (no split-K: one CTA walks all
     of k, which is what makes small-m, large-k GEMMs slow). Below one wave the time is that of one
     CTA (speed linear in CTAs); past each multiple of SMs CTAs a whole wave is added. The whole
-    kernel also streams its inputs through HBM at eta_m; alpha is the fixed per-call latency."""
+    kernel also streams its inputs through HBM at eta_m; alpha is the fixed per-call latency.
+    load_rows: A + B rows a CTA loads per k-block (default BM + BN; a TMA multicast cluster of 2
+    fetches one operand once for both, moesim.perf.deepgemm_layout); the MMA runs at least 64 rows
+    (the SM90 WGMMA instruction's M) whatever BM."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = np.ceil(ctas / sms - 1e-9)
     bm, bn = np.asarray(bm, float), np.asarray(bn, float)
-    t_math = 2.0 * bm * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
-    t_load = (bm + bn) * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
+    rows = bm + bn if load_rows is None else np.asarray(load_rows, float)
+    t_math = 2.0 * np.maximum(bm, 64.0) * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
+    t_load = rows * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
     t_kb = np.maximum(np.maximum(t_math, t_load), float(p["kb_ns"]) * 1e-9)
     t_c = waves * np.ceil(np.asarray(k, float) / K_BLOCK) * t_kb
     t_m = np.asarray(b_in, float) / (bw * float(p["eta_m"]))

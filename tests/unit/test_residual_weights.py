@@ -55,6 +55,18 @@ def test_weights_do_not_change_the_hull_fade_or_exact_hits():
         RS.Residual(("m", "n", "k"), pts, logr, weights=(1.0, 0.0, 1.0))
 
 
+def test_a_measured_shape_is_an_exact_hit_at_any_weight():
+    # the stored log shapes are rounded to 1e-9 (dedup); with aiconfigurator's dense m axis (mean log
+    # step ~0.14) and a weight of 3000 that rounding exceeds EXACT in the weighted space: the hit is
+    # tested unweighted, so every measured shape reproduces its own residual
+    ms = np.unique(np.r_[np.arange(1.0, 18.0), 2.0 ** np.arange(5, 16), 2.0 ** np.arange(5, 16) + 1])
+    g = np.array(np.meshgrid(ms, NS, KS, indexing="ij")).reshape(3, -1)
+    logr = np.random.default_rng(0).normal(0.0, 0.3, g.shape[1])
+    model = RS.Residual(("m", "n", "k"), np.log(g.T), logr, weights=(3000.0, 5.0, 1.0))
+    got = model.factor({"m": g[0], "n": g[1], "k": g[2]})
+    np.testing.assert_allclose(np.log(got), logr, atol=1e-6)
+
+
 def test_fp8_block_gemm_fit_writes_its_weights_and_the_reader_uses_them(tmp_path):
     m, n, k = _grid()
     bump = np.where((m == 256) & (n == 1024), 2.0, 1.0)
@@ -73,3 +85,14 @@ def test_fp8_block_gemm_fit_writes_its_weights_and_the_reader_uses_them(tmp_path
     bad = dict(entry["residual"], axis_weights=[1.0, 2.0])
     with pytest.raises(CalibrationError):
         S.validate({"gpu": "t", "kernels": {"gemm": dict(entry, residual=bad)}}, "t")
+
+
+def test_weights_by_sm_generation():
+    from types import SimpleNamespace as NS_
+
+    def w(gen, dtype="fp8_block"):
+        return R.weights_for(NS_(family="gemm", dtype=dtype, sm_generation=gen))
+
+    assert w(9) == (3000.0, 5.0, 1.0)  # Hopper: one row of m can change the layout
+    assert w(10) == w(0) == W  # Blackwell / unknown: the family's weights
+    assert w(9, "bf16") is None

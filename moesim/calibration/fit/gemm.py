@@ -22,7 +22,7 @@ from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import kernel_work, parts_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_SM90, kernel_work, parts_time, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -94,6 +94,21 @@ def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
     return np.sort(np.random.default_rng(1).choice(idx, n, replace=False))
 
 
+def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
+    """The shape keys a GEMM table's physics is fitted with (the entry's `model_keys`, which the
+    reader adds to the priced shape): tiling "deepgemm_sm90" for DeepGEMM's normal FP8 GEMM on
+    Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout); act_quant where the rows
+    include the input quant pass (act_quant_in_rows)."""
+    keys = {}
+    if family != "gemm" or not len(d):
+        return keys
+    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and d.backend.str.lower().str.contains("deepgemm").all():
+        keys["tiling"] = DEEPGEMM_SM90
+    if act_quant_in_rows(d, dtype):
+        keys["act_quant"] = True
+    return keys
+
+
 class WavesData:
     """The shape-only features of a waves_v1 table, computed once; predict() slices them."""
 
@@ -101,11 +116,18 @@ class WavesData:
         self.family, self.d, self.dtype = family, d, dtype
         self.t = d.time_s.values.astype(float)
         self.sms, self.peak, self.bw = peaks.sms, peaks.peak(dtype), peaks.hbm_Bps
-        self.parts, self.extra = waves_parts(family, dtype, self.sms, _shape_of(d, family))
+        self.sm_generation = peaks.sm_generation  # the residual's neighbour weights (fit.residual)
+        self.keys = gemm_keys(family, d, dtype, peaks)
+        self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
 
     def predict(self, p, idx):
-        parts = [tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6]) + (part[6],) for part in self.parts]
+        parts = [
+            tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6])
+            + (part[6],)
+            + tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[7:])
+            for part in self.parts
+        ]
         return parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
 
     def fit(self, idx, x0=None):
@@ -204,8 +226,10 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     if family == "moe" and backend in MT.TOKEN_BYTES:  # priced the same way by the reader (work.model_time)
         params["token_bytes"] = MT.TOKEN_BYTES[backend]
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
-    if family == "gemm" and act_quant_in_rows(data.d, dtype):
+    if data.keys.get("act_quant"):
         e["act_quant_in_rows"] = True
+    if data.keys:  # the shape keys the physics was fitted with: the reader prices with the same
+        e["model_keys"] = dict(data.keys)
     R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
     return e
 
@@ -267,7 +291,7 @@ def _variant(e: dict, **keys) -> dict:
         **keys,
         **{
             k: e[k]
-            for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows")
+            for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows", "model_keys")
             if k in e
         },
     }

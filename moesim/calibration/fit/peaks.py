@@ -31,6 +31,7 @@ class Peaks:
     domain_gpus: int = 8
     launch_s: float = 0.0
     source: str = ""
+    sm_generation: int = 0  # compute capability major (9 Hopper); 0 unknown
 
     @classmethod
     def from_hardware(cls, hw) -> Peaks:
@@ -49,6 +50,7 @@ class Peaks:
             domain_gpus=int(hw.domain_gpus),
             launch_s=hw.kernel_launch_s,
             source=f"hardware/{hw.name}.yaml ({hw.source})",
+            sm_generation=hw.sm_generation,
         )
 
     def peak(self, dtype) -> float:

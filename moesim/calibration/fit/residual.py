@@ -45,20 +45,25 @@ AXES = {  # shape columns the residual is interpolated over (log space), per fam
 
 
 # Neighbour-search weights (moesim.perf.profile.residual.search_weights), one per axis of AXES, per
-# (family, dtype); absent: 1 each. Block-scaled FP8 GEMMs choose their tile and wave configuration
-# from m and n alone (DeepGEMM get_best_config: block sizes and waves from m, n; k only sets the
-# pipeline stages; TRT-LLM / CUTLASS block-scale GEMMs dispatch tiles on m, n likewise), so what the
-# physics misses of that choice (heuristic switches, slow m bands) is shared by the k's of one (m, n)
-# and changes abruptly with m and n: neighbours are taken along k first. Not for bf16 (cuBLAS picks
-# algorithms and split-K by k too: weighting made those tables worse). Values chosen by held-out
-# error on the H200 tables (grouped CV p90 %, unweighted -> weighted: sglang DeepGEMM 23.0 -> 21.1,
-# TRT-LLM 12.6 -> 10.0, vLLM DeepGEMM 10.4 -> 10.9, FlashInfer 5.0 -> 5.8, CUTLASS 4.3 -> 4.7).
-AXIS_WEIGHTS = {("gemm", "fp8_block"): (30.0, 3.0, 1.0)}
+# (family, dtype) or, first, (family, dtype, SM generation); absent: 1 each. Block-scaled FP8 GEMMs choose their tile and wave configuration
+# from m and n (DeepGEMM SM90: block sizes, multicast and waves from m, n, with k only in the
+# integer-rounded cost, moesim.perf.deepgemm_layout; TRT-LLM / CUTLASS block-scale GEMMs dispatch
+# tiles on m, n likewise), so what the physics misses of that choice is shared by the k's of one
+# (m, n) and changes abruptly with m and n, down to one row (m 4096 -> 4097 is another layout; the
+# m axis's mean log step is 0.14, so one row there is 0.002 steps): neighbours are taken along k at
+# the same m first. Not for bf16 (cuBLAS picks algorithms and split-K by k too: weighting made
+# those tables worse). Values chosen by held-out error (grouped CV / LOSO p90 %, same physics):
+# Hopper (sm90) weights 30, 3, 1 -> 3000, 5, 1: H200 sglang DeepGEMM 20.6 / 21.1 -> 18.4 / 18.0,
+# TRT-LLM 9.1 / 9.8 -> 7.8 / 7.2. Blackwell keeps 30, 3, 1 (DeepGEMM SM100 ranks one wave first
+# with a fixed 128-row block, not modelled here; 3000, 5, 1 there: GB200 sglang 15.6 -> 17.3,
+# B200 TRT-LLM 6.5 -> 7.4, B200 sglang 24.1 -> 23.9).
+AXIS_WEIGHTS = {("gemm", "fp8_block"): (30.0, 3.0, 1.0), ("gemm", "fp8_block", 9): (3000.0, 5.0, 1.0)}
 
 
 def weights_for(data):
-    """The neighbour-search weights of a fit's data object (its family and dtype), or None."""
-    return AXIS_WEIGHTS.get((getattr(data, "family", None), getattr(data, "dtype", None)))
+    """The neighbour-search weights of a fit's data object (its family, dtype and SM generation), or None."""
+    key = (getattr(data, "family", None), getattr(data, "dtype", None))
+    return AXIS_WEIGHTS.get((*key, getattr(data, "sm_generation", 0)), AXIS_WEIGHTS.get(key))
 
 
 def log_points(d, axes) -> np.ndarray:

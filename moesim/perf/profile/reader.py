@@ -43,7 +43,7 @@ from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.variants import _measured_nominal, pick_variant
-from moesim.perf.profile.work import kernel_work, model_time, peak_flops
+from moesim.perf.profile.work import entry_keys, kernel_work, model_time, peak_flops
 from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
@@ -290,8 +290,8 @@ class Profile:
 
     def _model_time(self, family: str, e: dict, shape: dict, peak):
         """waves_v1 / stream_v1 model time of an entry (moesim.perf.profile.work.model_time)."""
-        dtype = self._dtype(family, e, shape)
-        v = pick_variant(e, dtype, shape.get("layout"))
+        v = pick_variant(e, dtype := self._dtype(family, e, shape), shape.get("layout"))
+        shape = {**shape, **entry_keys(family, v)}  # a GEMM fit's tiling rule and input quant pass
         return model_time(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
 
     def measured_time(self, family: str, **shape):

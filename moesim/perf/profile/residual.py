@@ -10,9 +10,9 @@ T_physics) at the measured shapes and w fades the correction out beyond the meas
   Chosen by leave-one-shape-out error on the H200 sglang DeepGEMM table (29.5k shapes): median of
   12 neighbours 6.2 % / p90 21.7 % vs inverse-distance weighting 8.7 % / 31.7 % (single noisy
   neighbours, e.g. DeepGEMM's m = 4096 slow rows, drag an IDW mean). A block may carry
-  `axis_weights` that scale the neighbour search per axis (block-scaled FP8 GEMMs: m 30, n 3, k 1,
+  `axis_weights` that scale the neighbour search per axis (block-scaled FP8 GEMMs on Hopper: m 3000, n 5, k 1,
   moesim.calibration.fit.residual.AXIS_WEIGHTS: their configuration depends on m and n, not k;
-  grouped-CV p90 on that table 23.0 -> 21.1 %). Multilinear on the grid (a held-out point from its axial
+  grouped-CV p90 on that table 23.0 -> 21.1 % at m 30, n 3, 20.6 -> 18.4 % at m 3000, n 5). Multilinear on the grid (a held-out point from its axial
   neighbours) held out 7.2 % / 21.5 % (bf16 table: 5.6 / 16.1 vs 4.7 / 16.5 here), and needs a
   full grid, which the MoE tables never are;
 * w = exp(-max(0, d_box - 1)^2), d_box the normalized distance to the measured bounding box:
@@ -132,9 +132,11 @@ class Residual:
     def log_factor(self, zq: np.ndarray, nearest_fn=None) -> np.ndarray:
         """w x L at normalized log query shapes zq [Q x d] (distinct rows); `nearest_fn(train,
         query, k)` may replace the brute-force search (the fit passes a k-d tree: same neighbours).
-        The neighbour search scales each axis by its weight; the hull fade does not."""
-        idx, dist = (nearest_fn or self._tree_nearest)(self.z * self.w, zq * self.w, self.k)
-        return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, dist)
+        The neighbour search scales each axis by its weight; the hull fade and the exact-hit test do
+        not (the stored log shapes are rounded to 1e-9: a weight of 3000 would lift that past EXACT)."""
+        idx, _ = (nearest_fn or self._tree_nearest)(self.z * self.w, zq * self.w, self.k)
+        exact = np.sqrt(((self.z[idx[:, 0]] - zq) ** 2).sum(1))[:, None]  # unweighted, nearest only
+        return hull_weight(zq, self.lo, self.hi) * neighbour_median(self.logr, idx, exact)
 
     def _tree_nearest(self, train: np.ndarray, query: np.ndarray, k: int):
         """`nearest` through a k-d tree of the train rows built once per residual (scipy's cKDTree,

@@ -9,12 +9,14 @@ import numpy as np
 
 from moesim.grid.core import unique_rows
 from moesim.perf import efficiency as E
+from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
 GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
+DEEPGEMM_SM90 = "deepgemm_sm90"  # an entry's `tiling`: moesim.perf.deepgemm_layout (else efficiency.gemm_tiling)
 # routings whose local experts get an even spread (the measured tables'): expert_map adds remote rows
 BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
@@ -212,19 +214,42 @@ def _moe_tile_padding(shape: dict, mg):
     return E.routed_tile_padding(mg)
 
 
+def entry_keys(family: str, v: dict) -> dict:
+    """Shape keys a fitted GEMM variant adds to the priced shape (its `model_keys`: the `tiling` rule,
+    `act_quant` for rows timed with the input quant pass; moesim.calibration.fit.gemm.gemm_keys).
+    Entries fitted before these keys existed have none and keep the model they were fitted with."""
+    return dict(v.get("model_keys") or {}) if family == "gemm" else {}
+
+
+def _quant_extra(shape: dict):
+    """Bytes of the BF16 -> FP8 input quant pass where the entry's rows timed the engine's linear op
+    with it (shape act_quant: moesim.calibration.fit.gemm.act_quant_in_rows); 0 otherwise."""
+    if not shape.get("act_quant"):
+        return 0.0
+    return np.asarray(shape["m"], float) * np.asarray(shape["k"], float) * _groups(shape) * QUANT_BYTES_PER_ELEM
+
+
 def waves_parts(family: str, dtype: str, sms, shape: dict):
-    """([(B_in, B_out, CTAs, BLOCK_M, BLOCK_N, k, in_bytes) per GEMM of the kernel], streamed bytes):
-    the shape-only features of a waves_v1 entry (the fit computes them once per row)."""
+    """([(B_in, B_out, CTAs, BLOCK_M, BLOCK_N, k, in_bytes[, load rows]) per GEMM of the kernel],
+    streamed bytes): the shape-only features of a waves_v1 entry (the fit computes them once per row).
+    tiling "deepgemm_sm90": DeepGEMM's own SM90 layout (block sizes, multicast, moesim.perf.deepgemm_layout);
+    act_quant: the input quant pass's bytes streamed before the GEMM."""
     ib = E.dtype_bytes(dtype, 1.0)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
         # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
         # rank0_clamped: exact tiles of the cold experts and the hot expert 0
         pad = _moe_tile_padding(shape, gemms[0][3])
+    elif shape.get("tiling") == DEEPGEMM_SM90 and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's SM90 layout
+        _need(family, shape, ("m", "n", "k"))
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        _, b_in, b_out = E.gemm_work(m, n, k, 1.0, ib, E.out_bytes_for(dtype))
+        ctas, bm, bn, rows = sm90_fp8_layout(m, n, k, sms)
+        return [(b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib, rows)], _quant_extra(shape)
     else:
         _need(family, shape, ("m", "n", "k"))
         gemms = [(None, None, None, shape["m"], shape["n"], shape["k"], _groups(shape))]
-        extra, pad = 0.0, shape.get("tile_pad")
+        extra, pad = _quant_extra(shape), shape.get("tile_pad")
     parts = []
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
@@ -236,7 +261,7 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
 def parts_time(parts, extra, sms, peak, bw, p: dict):
     """alpha + the waves_v1 time of each GEMM (moesim.perf.efficiency.waves_time) + streamed bytes."""
     p0 = {**p, "alpha_us": 0.0}
-    t = sum(E.waves_time(*part[:6], part[6], sms, peak, bw, p0) for part in parts)
+    t = sum(E.waves_time(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in parts)
     return float(p["alpha_us"]) * 1e-6 + t + np.asarray(extra, float) / (bw * float(p["eta_m"]))
 
 
