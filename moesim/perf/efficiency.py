@@ -24,7 +24,10 @@ idle), an epilogue that writes the output without overlap, and a fixed per-kerne
 eta_c, eta_m, u <= 1 and t0 >= 0, T_model >= T_roofline, so eta is in (0, 1].
 
 A "peak" model is a pair of constants (eta_c, eta_m) from published best-case figures; the cost
-model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)).
+model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)). A fitted model's time
+is split the same way (*_sides: the max of a compute side and a memory side, each with the fixed
+costs), and eta_c = (F / P) / compute side, eta_m = (B / W) / memory side (side_efficiencies): one
+efficiency per bound, so an op priced on its own work never gets slower with more P or W.
 """
 
 from __future__ import annotations

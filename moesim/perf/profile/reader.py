@@ -11,10 +11,13 @@ Entries fitted on big measured tables carry a `residual` block: the model time i
 R(shape) (moesim.perf.profile.residual; measurement / physics at the measured shapes, 1 far from
 them), read lazily once from the side-car .residuals.npz next to the profile.
 
-Efficiency (moesim/perf/efficiency.py): for fitted kernels eta = T_roofline / T_model of the kernel's
-own work (GEMM: F = 2*g*m*n*k, B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode:
-F = 2*b*s*h*ctx*(576+512), B = KV cache + queries + outputs) and ec = em = eta, so the cost model's
-max(...) reproduces the fitted time. For "peak" entries (best-case published figures) ec and em
+Efficiency (moesim/perf/efficiency.py): a fitted kernel's model time is the max of a compute side
+and a memory side (T_c, T_m: the fixed costs plus its FLOP or its byte term, efficiency.smax_sides);
+ec = (F / P) / T_c and em = (B / W) / T_m of the kernel's own work (GEMM: F = 2*g*m*n*k,
+B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode: F = 2*b*s*h*ctx*(576+512),
+B = KV cache + queries + outputs), so the cost model's max(...) reproduces the fitted time, and an
+op with other work (the workload's bytes) scales each side by its own work ratio: never slower with
+more FLOP/s or HBM bandwidth (issue 17). For "peak" entries (best-case published figures) ec and em
 are two constants. Efficiencies are fractions of the *live* hardware spec's peaks, so a profile
 inherited by another GPU (or a --set override of peaks) scales with that GPU's numbers.
 """
