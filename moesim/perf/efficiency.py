@@ -106,7 +106,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     vectorized (distinct (m, n, groups, pad) only). tile_pad (routed groups): M tiles per group =
     m * tile_pad / BLOCK_M (its expectation; routed_tile_padding uses the same BLOCK_M)."""
     m, n, g, pad = np.broadcast_arrays(
-        np.maximum(np.asarray(m, float), 1.0),
+        np.maximum(np.asarray(m, float), 1.0 if tile_pad is None else 0.0),  # routed: a mean below 1 row
         np.maximum(np.asarray(n, float), 1.0),
         np.maximum(np.asarray(groups, float), 1.0),
         np.asarray(1.0 if tile_pad is None else tile_pad, float),
@@ -117,7 +117,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     bns = BLOCK_N_CHOICES[BLOCK_N_CHOICES <= bn_max][None, :]
     best = None
     for bm in [b for b in (64.0, 128.0, 256.0) if b <= bm_max]:
-        tiles_m = np.where(up == 1.0, np.ceil(um / bm), um * up / bm)
+        tiles_m = np.where(up == 1.0, np.ceil(np.maximum(um, 1.0) / bm), um * up / bm)
         ctas = ug * tiles_m * np.ceil(un / bns)
         waves = np.ceil(ctas / sms)
         last = ctas - (waves - 1) * sms  # CTAs in the last wave
@@ -159,16 +159,20 @@ def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
 
 
 def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
-    """(compute side, memory side) of waves_time, whose max is waves_time: alpha + T_c + B_out / W
-    and alpha + B_in / (W eta_m) + B_out / W. Each side is non-increasing in P and W."""
+    """(compute side, memory side) of waves_time, whose max is waves_time: the tensor-core math of the
+    main loop (waves x k-blocks x t_math) and its load path (the SM's load rate and the k-block
+    pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha + B_out / W. Each side is
+    non-increasing in P and W; the larger one is the kernel's bound."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = np.ceil(ctas / sms - 1e-9)
     bm, bn = np.asarray(bm, float), np.asarray(bn, float)
     t_math = 2.0 * bm * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
     t_load = (bm + bn) * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
-    t_kb = np.maximum(np.maximum(t_math, t_load), float(p["kb_ns"]) * 1e-9)
-    t_c = waves * np.ceil(np.asarray(k, float) / K_BLOCK) * t_kb
-    t_m = np.asarray(b_in, float) / (bw * float(p["eta_m"]))
+    steps = waves * np.ceil(np.asarray(k, float) / K_BLOCK)  # k-blocks each SM walks
+    t_c = steps * t_math
+    t_m = np.maximum(
+        steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(b_in, float) / (bw * float(p["eta_m"]))
+    )
     alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(b_out, float) / bw
     return alpha + t_c + t_out, alpha + t_m + t_out
 
