@@ -155,14 +155,14 @@ def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
     of k, which is what makes small-m, large-k GEMMs slow). Below one wave the time is that of one
     CTA (speed linear in CTAs); past each multiple of SMs CTAs a whole wave is added. The whole
     kernel also streams its inputs through HBM at eta_m; alpha is the fixed per-call latency."""
-    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p)[:2])
+    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p))
 
 
 def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
-    """(compute side, memory side, alpha) of waves_time, whose max of the sides is waves_time: the
-    tensor-core math of the main loop (waves x k-blocks x t_math) and its load path (the SM's load
-    rate and the k-block pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha +
-    B_out / W. Each side is non-increasing in P and W; the larger one is the kernel's bound."""
+    """(compute side, memory side) of waves_time, whose max is waves_time: the tensor-core math of the
+    main loop (waves x k-blocks x t_math) and its load path (the SM's load rate and the k-block
+    pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha + B_out / W. Each side is
+    non-increasing in P and W; the larger one is the kernel's bound."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = np.ceil(ctas / sms - 1e-9)
     bm, bn = np.asarray(bm, float), np.asarray(bn, float)
@@ -174,7 +174,7 @@ def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict):
         steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(b_in, float) / (bw * float(p["eta_m"]))
     )
     alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(b_out, float) / bw
-    return alpha + t_c + t_out, alpha + t_m + t_out, alpha
+    return alpha + t_c + t_out, alpha + t_m + t_out
 
 
 def stream_time(nbytes, bw, p: dict):
@@ -275,11 +275,11 @@ def smax(a, b, q=np.inf):
 
 def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
     """T_model of the overlap_v1 form (module docstring)."""
-    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q)[:2])
+    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q))
 
 
 def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
-    """(compute side, memory side, t0) of overlap_time (smax_sides), whose max of the sides is overlap_time."""
+    """(compute side, memory side) of overlap_time (smax_sides), whose max is overlap_time."""
     x = np.asarray(ctas_per_sm, float)
     u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
     u = np.maximum(u, 1e-12)
@@ -287,7 +287,7 @@ def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s,
         np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q
     )
     t_out = np.asarray(b_out, float) / bw
-    return t0_s + main_c + t_out, t0_s + main_m + t_out, t0_s
+    return t0_s + main_c + t_out, t0_s + main_m + t_out
 
 
 def smax_sides(a, b, q=np.inf):
@@ -300,18 +300,15 @@ def smax_sides(a, b, q=np.inf):
     return smax(a, lo, q), smax(b, lo, q)
 
 
-def side_efficiencies(flops, nbytes, compute_s, memory_s, peak, bw, fixed_s=0.0):
-    """(eta_c, eta_m) of a kernel whose model time is max(compute_s, memory_s), both holding the fixed
-    cost fixed_s: eta_c = (F / P) / (compute_s - fixed_s) on the FLOP time, eta_m = (B / W) /
-    (memory_s - fixed_s) on the byte time, each in (0, 1]. The cost model's fixed_s +
-    max(F_op / (P eta_c), B_op / (W eta_m)) of an op whose work (F_op, B_op) is the kernel's is then
-    the model time; an op with other work scales each side's work by its own ratio (F_op / F,
-    B_op / B: properties of the shape, the fixed cost unscaled), so it never gets slower with more
-    P or W."""
+def side_efficiencies(flops, nbytes, compute_s, memory_s, peak, bw):
+    """(eta_c, eta_m) of a kernel whose model time is max(compute_s, memory_s): eta_c = (F / P) /
+    compute_s on the FLOP time, eta_m = (B / W) / memory_s on the byte time, each in (0, 1]. The
+    cost model's max(F_op / (P eta_c), B_op / (W eta_m)) of an op whose work (F_op, B_op) is the
+    kernel's is then the model time; an op with other work scales each side by its own work ratio
+    (F_op / F, B_op / B: properties of the shape), so it never gets slower with more P or W."""
     t_c = np.asarray(flops, float) / peak
     t_m = np.asarray(nbytes, float) / bw
-    fixed_s = np.asarray(fixed_s, float)
-    return efficiency_from_times(t_c, compute_s - fixed_s), efficiency_from_times(t_m, memory_s - fixed_s)
+    return efficiency_from_times(t_c, compute_s), efficiency_from_times(t_m, memory_s)
 
 
 def efficiency_from_times(t_roof, t_model):
