@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.perf.efficiency import dtype_bytes, smax
+from moesim.perf.efficiency import dtype_bytes, smax_sides
 from moesim.workload.attention import gqa_decode_work, gqa_prefill_work, mla_decode_work, mla_prefill_work
 
 DECODE_TILE_ROWS = 64.0  # FlashMLA / FA3 decode: 64 query rows per CTA (FlashMLA README, FA3 PackGQA)
@@ -146,6 +146,12 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None
     fit_sms: the SM count the params were fitted at (None: sms). `sat` is a per-SM load rate (HBM
     saturates at sat x fit_sms CTAs, each CTA's loads at most bw / (sat fit_sms)), so a GPU with
     more SMs does not need more CTAs to saturate the same HBM (issue 17: more SMs never slower)."""
+    return np.maximum(*attn_sides(F, B, ctas, split, peak, bw, sms, p, batch, fit_sms))
+
+
+def attn_sides(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None):
+    """(compute side, memory side) of attn_time, whose max is attn_time: the fixed costs plus the
+    compute and memory terms split by efficiency.smax_sides (each side non-increasing in P and W)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
     # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
@@ -156,14 +162,15 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None
     sat_ctas = p.get("sat", 1.0) * float(fit_sms or sms)
     m_fill = np.where(ctas >= sms, c_fill, np.maximum(1.0, sat_ctas / ctas))
     q = p.get("q")
-    main = smax(
+    main = smax_sides(
         c_fill * np.asarray(F, float) / (peak * p["eta_c"]),
         m_fill * np.asarray(B, float) / (bw * p["eta_m"]),
         np.inf if q is None else float(q),
     )
     fixed = p["alpha_us"] + p.get("combine_us", 0.0) * (np.asarray(split, float) > 0) + p["cta_us"] * waves
     fixed = fixed + p.get("req_us", 0.0) * np.asarray(batch, float)
-    return np.maximum(fixed * 1e-6 + main, p.get("floor_us", 0.0) * 1e-6)
+    floor = p.get("floor_us", 0.0) * 1e-6
+    return np.maximum(fixed * 1e-6 + main[0], floor), np.maximum(fixed * 1e-6 + main[1], floor)
 
 
 def pass_time(elems, bytes_per_elem, bw, eta):
@@ -205,24 +212,33 @@ def pick_variant(family: str, entry: dict, shape: dict) -> dict:
     return entry["params"] if key is None else entry["variants"][key]["params"]
 
 
-def _variant_time(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
+def _variant_sides(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
+    """(compute side, memory side) of one variant's call: attn_sides plus its unfused passes (on both)."""
     b = _a(shape.get("batch"))
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
-        return attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms) + pass_time(
-            kv_elems, kvb + 2.0, bw, p["pass_eta"]
-        )
-    F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
-    t = attn_time(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
-    return t + pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
+        t_pass = pass_time(kv_elems, kvb + 2.0, bw, p["pass_eta"])
+    else:
+        F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
+        t_pass = pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
+    c, m = attn_sides(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
+    return c + t_pass, m + t_pass
 
 
 def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):
-    """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (the reader's
-    side of the fit in moesim.calibration.fit.attention); peak: the BF16 dense peak. An XQA variant
-    with a `<key>.mmha` sibling (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it.
-    factor(variant, shape): the variant's measured residual R (the reader's; none: 1). fit_sms:
-    the SM count the entry was fitted at (attn_time)."""
+    """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (entry_sides)."""
+    c, m, F, B = entry_sides(family, entry, shape, peak, bw, sms, factor, fit_sms)
+    return np.maximum(c, m), np.maximum(F / peak, B / bw)
+
+
+def entry_sides(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):
+    """(compute side, memory side, F, B) of a fitted mla_v2 entry at a shape (the reader's side of the
+    fit in moesim.calibration.fit.attention): max of the sides is the modelled time (s); F, B the
+    workload's own work (moesim.workload.attention, what the cost model prices: B without the
+    split-KV partials); peak: the BF16 dense peak. An XQA variant with a `<key>.mmha` sibling
+    (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it. factor(variant, shape):
+    the variant's measured residual R (the reader's; none: 1), on both sides. fit_sms: the SM count
+    the entry was fitted at (attn_time)."""
     factor = factor or (lambda v, sh: 1.0)
     key = pick_key(family, entry, shape)
     variants = entry.get("variants") or {}
@@ -230,18 +246,18 @@ def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None
     kv = shape.get("kv_dtype") or entry.get("dtype") or "bf16"
     kvb = dtype_bytes(kv, 2.0)
     F, B, ctas, kv_elems, split = attn_work(family, {**shape, "kernel": None}, kvb, sms)
-    # the roofline of the workload's own work (moesim.workload.attention, what the cost model
-    # prices): without the split-KV partials, so that eta = t_roof / t reproduces t there
-    t_roof = np.maximum(F / peak, (B - split) / bw)
-    kernel = v.get("kernel")
-    t = _variant_time(family, {**shape, "kernel": kernel}, v["params"], kvb, peak, bw, sms, fit_sms) * factor(v, shape)
-    mm = variants.get(f"{key}.{MMHA}") if kernel == XQA else None
+
+    def sides(variant, kernel):
+        r = factor(variant, shape)
+        c, m = _variant_sides(family, {**shape, "kernel": kernel}, variant["params"], kvb, peak, bw, sms, fit_sms)
+        return c * r, m * r
+
+    c, m = sides(v, v.get("kernel"))
+    mm = variants.get(f"{key}.{MMHA}") if v.get("kernel") == XQA else None
     if mm is not None:
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            t_mm = _variant_time(family, {**shape, "kernel": MMHA}, mm["params"], kvb, peak, bw, sms, fit_sms) * factor(
-                mm, shape
-            )
-            t = np.where(sel, t_mm, t)
-    return t, t_roof
+            c_mm, m_mm = sides(mm, MMHA)
+            c, m = np.where(sel, c_mm, c), np.where(sel, m_mm, m)
+    return c, m, F, B - split

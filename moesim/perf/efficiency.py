@@ -24,7 +24,10 @@ idle), an epilogue that writes the output without overlap, and a fixed per-kerne
 eta_c, eta_m, u <= 1 and t0 >= 0, T_model >= T_roofline, so eta is in (0, 1].
 
 A "peak" model is a pair of constants (eta_c, eta_m) from published best-case figures; the cost
-model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)).
+model then applies them directly: time = max(F / (P eta_c), B / (W eta_m)). A fitted model's time
+is split the same way (*_sides: the max of a compute side and a memory side, each with the fixed
+costs), and eta_c = (F / P) / compute side, eta_m = (B / W) / memory side (side_efficiencies): one
+efficiency per bound, so an op priced on its own work never gets slower with more P or W.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     vectorized (distinct (m, n, groups, pad) only). tile_pad (routed groups): M tiles per group =
     m * tile_pad / BLOCK_M (its expectation; routed_tile_padding uses the same BLOCK_M)."""
     m, n, g, pad = np.broadcast_arrays(
-        np.maximum(np.asarray(m, float), 1.0),
+        np.maximum(np.asarray(m, float), 1.0 if tile_pad is None else 0.0),  # routed: a mean below 1 row
         np.maximum(np.asarray(n, float), 1.0),
         np.maximum(np.asarray(groups, float), 1.0),
         np.asarray(1.0 if tile_pad is None else tile_pad, float),
@@ -114,7 +117,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     bns = BLOCK_N_CHOICES[BLOCK_N_CHOICES <= bn_max][None, :]
     best = None
     for bm in [b for b in (64.0, 128.0, 256.0) if b <= bm_max]:
-        tiles_m = np.where(up == 1.0, np.ceil(um / bm), um * up / bm)
+        tiles_m = np.where(up == 1.0, np.ceil(np.maximum(um, 1.0) / bm), um * up / bm)
         ctas = ug * tiles_m * np.ceil(un / bns)
         waves = np.ceil(ctas / sms)
         last = ctas - (waves - 1) * sms  # CTAs in the last wave
@@ -155,16 +158,27 @@ def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, l
     load_rows: A + B rows a CTA loads per k-block (default BM + BN; a TMA multicast cluster of 2
     fetches one operand once for both, moesim.perf.deepgemm_layout); the MMA runs at least 64 rows
     (the SM90 WGMMA instruction's M) whatever BM."""
+    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p, load_rows))
+
+
+def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, load_rows=None):
+    """(compute side, memory side) of waves_time, whose max is waves_time: the tensor-core math of the
+    main loop (waves x k-blocks x t_math) and its load path (the SM's load rate and the k-block
+    pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha + B_out / W. Each side is
+    non-increasing in P and W; the larger one is the kernel's bound."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = np.ceil(ctas / sms - 1e-9)
     bm, bn = np.asarray(bm, float), np.asarray(bn, float)
     rows = bm + bn if load_rows is None else np.asarray(load_rows, float)
     t_math = 2.0 * np.maximum(bm, 64.0) * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
     t_load = rows * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
-    t_kb = np.maximum(np.maximum(t_math, t_load), float(p["kb_ns"]) * 1e-9)
-    t_c = waves * np.ceil(np.asarray(k, float) / K_BLOCK) * t_kb
-    t_m = np.asarray(b_in, float) / (bw * float(p["eta_m"]))
-    return float(p["alpha_us"]) * 1e-6 + np.maximum(t_c, t_m) + np.asarray(b_out, float) / bw
+    steps = waves * np.ceil(np.asarray(k, float) / K_BLOCK)  # k-blocks each SM walks
+    t_c = steps * t_math
+    t_m = np.maximum(
+        steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(b_in, float) / (bw * float(p["eta_m"]))
+    )
+    alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(b_out, float) / bw
+    return alpha + t_c + t_out, alpha + t_m + t_out
 
 
 def stream_time(nbytes, bw, p: dict):
@@ -265,11 +279,40 @@ def smax(a, b, q=np.inf):
 
 def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
     """T_model of the overlap_v1 form (module docstring)."""
+    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q))
+
+
+def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
+    """(compute side, memory side) of overlap_time (smax_sides), whose max is overlap_time."""
     x = np.asarray(ctas_per_sm, float)
     u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
     u = np.maximum(u, 1e-12)
-    main = smax(np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q)
-    return t0_s + main + np.asarray(b_out, float) / bw
+    main_c, main_m = smax_sides(
+        np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q
+    )
+    t_out = np.asarray(b_out, float) / bw
+    return t0_s + main_c + t_out, t0_s + main_m + t_out
+
+
+def smax_sides(a, b, q=np.inf):
+    """(compute side, memory side) of smax_q(a, b) for a compute term a and a memory term b: each
+    term combined with the smaller of the two, smax_q(a, min(a, b)) and smax_q(b, min(a, b)). Their
+    max is smax_q(a, b) (the larger term's side), the larger side is the larger term's (the bound),
+    and each is non-decreasing in a and in b, so neither side grows when a peak or a bandwidth does.
+    q = inf: (a, b)."""
+    lo = np.minimum(a, b)
+    return smax(a, lo, q), smax(b, lo, q)
+
+
+def side_efficiencies(flops, nbytes, compute_s, memory_s, peak, bw):
+    """(eta_c, eta_m) of a kernel whose model time is max(compute_s, memory_s): eta_c = (F / P) /
+    compute_s on the FLOP time, eta_m = (B / W) / memory_s on the byte time, each in (0, 1]. The
+    cost model's max(F_op / (P eta_c), B_op / (W eta_m)) of an op whose work (F_op, B_op) is the
+    kernel's is then the model time; an op with other work scales each side by its own work ratio
+    (F_op / F, B_op / B: properties of the shape), so it never gets slower with more P or W."""
+    t_c = np.asarray(flops, float) / peak
+    t_m = np.asarray(nbytes, float) / bw
+    return efficiency_from_times(t_c, compute_s), efficiency_from_times(t_m, memory_s)
 
 
 def efficiency_from_times(t_roof, t_model):

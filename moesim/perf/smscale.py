@@ -12,7 +12,7 @@ get_mla_metadata num_sm_parts), so with `fit` the fitted GPU's SMs and `sms` the
     sms > fit:  T(sms) = min(T(sms), T(fit))   (never slower than the fitted GPU)
     sms < fit:  T(sms) = max(T(sms), T(fit))   (never faster than it)
 
-each T the whole op cost (model time mapped through the op's own roofline), exactly the fitted
+each T the whole op cost (the model's compute and memory sides scaled by the op's own work), exactly the fitted
 model at `fit`, one extra pricing in a what-if. Between two counts on the same side of `fit` the
 model alone decides (the least over every count in between: one pricing per SM count).
 """

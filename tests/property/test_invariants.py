@@ -5,7 +5,7 @@ GPU, decode or prefill, a parallel layout that `moesim.grid.validity.check_grid`
 MTP drafts (DeepSeek-V3 decode), an overlap scheme that applies, cost mode roofline or calibrated.
 
 * every output is finite and positive (step time, TPOT / TTFT, tokens/s, memory);
-* more HBM bandwidth, FP8/BF16 FLOP/s, RDMA or NVLink bandwidth never slows a step (nominal and
+* more HBM bandwidth, FP8/BF16 FLOP/s, SMs, RDMA or NVLink bandwidth never slows a step (nominal and
   achievable raised together, as the spec requires);
 * more memory never turns fits True -> False; fits <=> total_bytes <= capacity_bytes;
 * decode: batch <= max_batch <=> fits;
@@ -193,6 +193,8 @@ def _raise(hw_name: str, what: str, k: float) -> list:
             f"hardware.rdma_bw_GBps={h.rdma_bw_GBps * k!r}",
             f"hardware.rdma_eff_bw_GBps={h.rdma_eff_bw_GBps * k!r}",
         ]
+    if what == "sms":  # the loader scales the peaks with the SMs (moesim.specs.loader)
+        return [f"hardware.sms={round(h.sms * k)}"]
     if what == "nvlink":
         return [
             f"hardware.nvlink_bw_GBps={h.nvlink_bw_GBps * k!r}",
@@ -208,16 +210,25 @@ def test_more_bandwidth_or_flops_never_slows_a_step(cfg, what, k):
     _check_faster(cfg, what, k)
 
 
-# Known defect (issue 17, "every what-if honoured"): more HBM bandwidth can make a calibrated
-# prefill step very slightly slower (qwen3-30b-a3b h100 TP4 DP16 EP32 moe_tp2 b1024 ctx64: +0.6 %;
-# deepseek-v3 h100 TP1 b4096 ctx8074 8x HBM: +2e-5): the schedule picks by a max over phases whose
-# bound flips. Kept visible as a non-strict xfail until that issue fixes the selection.
-@pytest.mark.slow
-@pytest.mark.xfail(reason="known: HBM what-if not monotone in some calibrated prefill steps (issue 17)", strict=False)
+# More HBM bandwidth never slows a step, calibrated included: a calibrated op once got one efficiency
+# from its fitted model's total time applied to its own roofline, so a what-if that flipped the op's
+# roofline bound applied the other bound's efficiency (issue 17; qwen3-30b-a3b h100 TP4 DP16 EP32
+# moe_tp2 b1024 ctx64, deepseek-v3 h100 TP1 b4096 ctx8074: tests/unit/test_whatif_monotone.py).
+# Now eta_c / eta_m come from the model's compute and memory sides (moesim.perf.efficiency.side_efficiencies).
+@pytest.mark.slow  # hypothesis, 250 examples
 @settings(max_examples=250, **SETTINGS)
 @given(configs(), st.sampled_from((1.01, 1.25, 2.0, 8.0)))
 def test_more_hbm_never_slows_a_step(cfg, k):
     _check_faster(cfg, "hbm", k)
+
+
+# more SMs (peaks scaled with them): a calibrated kernel on more SMs than its profile's fit is never
+# slower than on the fitted count (moesim.perf.smscale), and its sides only shrink
+@pytest.mark.slow  # hypothesis, 150 examples
+@settings(max_examples=150, **SETTINGS)
+@given(configs(), st.sampled_from((1.01, 1.25, 2.0, 8.0)))
+def test_more_sms_never_slows_a_step(cfg, k):
+    _check_faster(cfg, "sms", k)
 
 
 def _check_faster(cfg, what, k):

@@ -168,8 +168,13 @@ def test_profile_prices_waves_entries_and_picks_variants():
     assert pick_variant(entry, "fp8")["backend"] == "a"
     tb = prof.kernel_time("gemm", m=1.0, n=128.0, k=128.0, dtype="bf16")
     assert float(tb) > float(t) + 3e-6
-    ec, em = prof.kernel_efficiency("gemm", m=np.array([1.0, 4096.0]), n=7168.0, k=7168.0)
-    assert np.all((ec > 0) & (ec <= 1)) and np.allclose(ec, em)
+    shape = dict(m=np.array([1.0, 4096.0]), n=7168.0, k=7168.0)
+    ec, em = prof.kernel_efficiency("gemm", **shape)
+    assert np.all((ec > 0) & (ec <= 1) & (em > 0) & (em <= 1))
+    _, _, F, B, peak = prof.kernel_sides("gemm", **shape)  # eta_c on the FLOP time, eta_m on the byte time
+    t_c, t_m = F / (peak * ec), B / (prof._hbm * em)
+    np.testing.assert_allclose(np.maximum(t_c, t_m), prof.kernel_time("gemm", **shape), rtol=1e-12)
+    assert t_m[0] > t_c[0]  # m = 1 streams the weights: the bound is the memory side
 
 
 def test_table_families_variants_and_derived_grouped_gemm():

@@ -11,10 +11,13 @@ Entries fitted on big measured tables carry a `residual` block: the model time i
 R(shape) (moesim.perf.profile.residual; measurement / physics at the measured shapes, 1 far from
 them), read lazily once from the side-car .residuals.npz next to the profile.
 
-Efficiency (moesim/perf/efficiency.py): for fitted kernels eta = T_roofline / T_model of the kernel's
-own work (GEMM: F = 2*g*m*n*k, B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode:
-F = 2*b*s*h*ctx*(576+512), B = KV cache + queries + outputs) and ec = em = eta, so the cost model's
-max(...) reproduces the fitted time. For "peak" entries (best-case published figures) ec and em
+Efficiency (moesim/perf/efficiency.py): a fitted kernel's model time is the max of a compute side
+and a memory side (T_c, T_m: the fixed costs plus its FLOP or its byte term, efficiency.smax_sides);
+ec = (F / P) / T_c and em = (B / W) / T_m of the kernel's own work (GEMM: F = 2*g*m*n*k,
+B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode: F = 2*b*s*h*ctx*(576+512),
+B = KV cache + queries + outputs), so the cost model's max(...) reproduces the fitted time, and an
+op with other work (the workload's bytes) scales each side by its own work ratio: never slower with
+more FLOP/s or HBM bandwidth (issue 17). For "peak" entries (best-case published figures) ec and em
 are two constants. Efficiencies are fractions of the *live* hardware spec's peaks, so a profile
 inherited by another GPU (or a --set override of peaks) scales with that GPU's numbers.
 """
@@ -43,7 +46,7 @@ from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.variants import _measured_nominal, pick_variant
-from moesim.perf.profile.work import entry_keys, kernel_work, model_time, peak_flops
+from moesim.perf.profile.work import entry_keys, kernel_work, model_sides, peak_flops
 from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
@@ -192,30 +195,19 @@ class Profile:
         dtype = self._dtype(family, e, shape)
         return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
 
-    def _overlap_time(self, p: dict, F, b_in, b_out, x, peak):
-        """overlap_v1 model time of a fitted entry's params (moesim.perf.efficiency.overlap_time)."""
+    def _overlap_sides(self, p: dict, F, b_in, b_out, x, peak):
+        """overlap_v1 (compute, memory) sides of a fitted entry's params (moesim.perf.efficiency.overlap_sides)."""
         q = p.get("q")  # load/compute combination exponent: absent or .inf -> max
         q = np.inf if q is None else float(q)
-        return E.overlap_time(
-            F,
-            b_in,
-            b_out,
-            x,
-            peak,
-            self._hbm,
-            float(p["eta_c"]),
-            float(p["eta_m"]),
-            float(p["t0_us"]) * 1e-6,
-            float(p["c"]),
-            q,
-        )
+        e_c, e_m, t0, c = (float(p[k]) for k in ("eta_c", "eta_m", "t0_us", "c"))
+        return E.overlap_sides(F, b_in, b_out, x, peak, self._hbm, e_c, e_m, t0 * 1e-6, c, q)
 
-    def _attn_times(self, family: str, e: dict, shape: dict):
-        """(model, roofline) times of an mla_v2 attention entry (moesim.perf.attention_eff)."""
+    def _attn_sides(self, family: str, e: dict, shape: dict):
+        """(compute side, memory side, F, B) of an mla_v2 attention entry (moesim.perf.attention_eff)."""
         if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
             raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
         peak, bw = peak_flops(self._flops, "bf16"), self._hbm
-        return A.entry_time(family, e, shape, peak, bw, self._sms, self._attn_factor, fit_sms=self._fit_sms)
+        return A.entry_sides(family, e, shape, peak, bw, self._sms, self._attn_factor, fit_sms=self._fit_sms)
 
     def _attn_factor(self, v: dict, shape: dict):
         """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
@@ -225,7 +217,10 @@ class Profile:
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
     def kernel_efficiency(self, family: str, **shape):
-        """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered.
+        """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered:
+        eta_c on the FLOP time and eta_m on the byte time, from the fitted model's compute and memory
+        sides (kernel_sides; moesim.perf.efficiency.side_efficiencies), so max(F / (P eta_c), B / (W
+        eta_m)) of the kernel's own work is its modelled time and neither grows with P or W.
 
         Shape keywords: m, n, k, groups, layout ("masked" | "contiguous"), batch, q_len, context,
         heads, dtype (optional; the family's fitted dtype by default), tile_pad (MMA work over
@@ -234,43 +229,42 @@ class Profile:
         e = self.kernels.get(family)
         if e is None:
             return None
-        p = e["params"]
-        pad = shape.get("tile_pad")  # MMA work / useful work (routed groups' partial tiles), >= 1
-        pad = 1.0 if pad is None else np.asarray(pad, float)
         if e["model"] == S.PEAK:
+            p, pad = e["params"], shape.get("tile_pad")  # pad: MMA work / useful work (routed groups), >= 1
+            pad = 1.0 if pad is None else np.asarray(pad, float)
             out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
             return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
+        c, m, F, B, peak = self.kernel_sides(family, **shape)
+        return E.side_efficiencies(F, B, c, m, peak, self._hbm)
+
+    def kernel_sides(self, family: str, **shape):
+        """(compute side, memory side, F, B, peak) of a fitted (non-peak) entry: max of the sides is
+        kernel_time (residual included); F, B the kernel's own work; peak its dtype's FLOP/s."""
+        e = self.kernels[family]
         if e["model"] == S.MLA_V2:
-            t_model, t_roof = self._attn_times(family, e, shape)
-            eta = E.efficiency_from_times(t_roof, t_model)
-            return eta, eta
+            return (*self._attn_sides(family, e, shape), peak_flops(self._flops, "bf16"))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
-            t_model = self._model_time(family, e, shape, peak)
+            c, m = self._model_sides(family, e, shape, peak)
         else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
-            t_model = self._overlap_time(p, F * pad, b_in, b_out, x, peak)
-        t_model = t_model * self.residual_factor(family, e, shape)
-        eta = E.efficiency_from_times(E.roofline_time(F, b_in, b_out, peak, self._hbm), t_model)
-        return eta, eta
+            pad = shape.get("tile_pad")
+            c, m = self._overlap_sides(
+                e["params"], F * (1.0 if pad is None else np.asarray(pad, float)), b_in, b_out, x, peak
+            )
+        r = self.residual_factor(family, e, shape)
+        return c * r, m * r, F, b_in + b_out, peak
 
     def kernel_time(self, family: str, **shape):
         """Modelled kernel time in seconds (launch overhead not included), or None if not covered."""
         e = self.kernels.get(family)
         if e is None or family == "elementwise":
             return None
-        if e["model"] == S.MLA_V2:
-            return self._attn_times(family, e, shape)[0]
-        F, b_in, b_out, x, peak = self._work(family, e, shape)
-        p = e["params"]
-        pad = shape.get("tile_pad")
-        F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
         if e["model"] == S.PEAK:
+            F, b_in, b_out, _, peak = self._work(family, e, shape)
+            p, pad = e["params"], shape.get("tile_pad")
+            F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
             return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
-        if e["model"] in (S.WAVES, S.STREAM):
-            t = self._model_time(family, e, shape, peak)
-        else:
-            t = self._overlap_time(p, F, b_in, b_out, x, peak)
-        return t * self.residual_factor(family, e, shape)
+        return np.maximum(*self.kernel_sides(family, **shape)[:2])
 
     def residual_factor(self, family: str, e: dict, shape: dict):
         """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
@@ -288,11 +282,11 @@ class Profile:
         """The `dtype` GEMM variant was fitted on linear ops timed with their input quant (fit.gemm.act_quant_in_rows)."""
         return bool((e := self.kernels.get("gemm")) and pick_variant(e, dtype).get("act_quant_in_rows"))
 
-    def _model_time(self, family: str, e: dict, shape: dict, peak):
-        """waves_v1 / stream_v1 model time of an entry (moesim.perf.profile.work.model_time)."""
+    def _model_sides(self, family: str, e: dict, shape: dict, peak):
+        """waves_v1 / stream_v1 (compute, memory) sides of an entry (moesim.perf.profile.work.model_sides)."""
         v = pick_variant(e, dtype := self._dtype(family, e, shape), shape.get("layout"))
         shape = {**shape, **entry_keys(family, v)}  # a GEMM fit's tiling rule and input quant pass
-        return model_time(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
+        return model_sides(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
 
     def measured_time(self, family: str, **shape):
         """Raw measured kernel times (s), log-log interpolated along m (GEMMs) or context (MLA) where
