@@ -146,12 +146,13 @@ def attn_time(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None
     fit_sms: the SM count the params were fitted at (None: sms). `sat` is a per-SM load rate (HBM
     saturates at sat x fit_sms CTAs, each CTA's loads at most bw / (sat fit_sms)), so a GPU with
     more SMs does not need more CTAs to saturate the same HBM (issue 17: more SMs never slower)."""
-    return np.maximum(*attn_sides(F, B, ctas, split, peak, bw, sms, p, batch, fit_sms))
+    return np.maximum(*attn_sides(F, B, ctas, split, peak, bw, sms, p, batch, fit_sms)[:2])
 
 
 def attn_sides(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=None):
-    """(compute side, memory side) of attn_time, whose max is attn_time: the fixed costs plus the
-    compute and memory terms split by efficiency.smax_sides (each side non-increasing in P and W)."""
+    """(compute side, memory side, fixed costs) of attn_time, whose max of the sides is attn_time: the
+    fixed costs plus the compute and memory terms split by efficiency.smax_sides (each side
+    non-increasing in P and W)."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = waves_of(ctas, sms)
     # math runs on the SMs the grid occupies (SMs share no tensor cores: a CTA alone runs at its SM's
@@ -170,7 +171,7 @@ def attn_sides(F, B, ctas, split, peak, bw, sms, p: dict, batch=0.0, fit_sms=Non
     fixed = p["alpha_us"] + p.get("combine_us", 0.0) * (np.asarray(split, float) > 0) + p["cta_us"] * waves
     fixed = fixed + p.get("req_us", 0.0) * np.asarray(batch, float)
     floor = p.get("floor_us", 0.0) * 1e-6
-    return np.maximum(fixed * 1e-6 + main[0], floor), np.maximum(fixed * 1e-6 + main[1], floor)
+    return np.maximum(fixed * 1e-6 + main[0], floor), np.maximum(fixed * 1e-6 + main[1], floor), fixed * 1e-6
 
 
 def pass_time(elems, bytes_per_elem, bw, eta):
@@ -213,7 +214,7 @@ def pick_variant(family: str, entry: dict, shape: dict) -> dict:
 
 
 def _variant_sides(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms, fit_sms=None):
-    """(compute side, memory side) of one variant's call: attn_sides plus its unfused passes (on both)."""
+    """(compute side, memory side, fixed costs) of one variant's call: attn_sides plus its unfused passes (on both)."""
     b = _a(shape.get("batch"))
     if p.get("pass_eta"):  # the kernel reads a BF16 copy made by an unfused up-cast pass
         F, B, ctas, kv_elems, split = attn_work(family, shape, 2.0, sms)
@@ -221,19 +222,19 @@ def _variant_sides(family: str, shape: dict, p: dict, kvb: float, peak, bw, sms,
     else:
         F, B, ctas, kv_elems, split = attn_work(family, shape, kvb, sms)
         t_pass = pass_time(q_elems(family, shape), 3.0, bw, p.get("qpass_eta"))
-    c, m = attn_sides(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
-    return c + t_pass, m + t_pass
+    c, m, fixed = attn_sides(F, B, ctas, split, peak, bw, sms, p, b, fit_sms)
+    return c + t_pass, m + t_pass, fixed
 
 
 def entry_time(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):
     """(modelled time, roofline time) in seconds of a fitted mla_v2 entry at a shape (entry_sides)."""
-    c, m, F, B = entry_sides(family, entry, shape, peak, bw, sms, factor, fit_sms)
+    c, m, _, F, B = entry_sides(family, entry, shape, peak, bw, sms, factor, fit_sms)
     return np.maximum(c, m), np.maximum(F / peak, B / bw)
 
 
 def entry_sides(family: str, entry: dict, shape: dict, peak, bw, sms, factor=None, fit_sms=None):
-    """(compute side, memory side, F, B) of a fitted mla_v2 entry at a shape (the reader's side of the
-    fit in moesim.calibration.fit.attention): max of the sides is the modelled time (s); F, B the
+    """(compute side, memory side, fixed costs, F, B) of a fitted mla_v2 entry at a shape (the reader's
+    side of the fit in moesim.calibration.fit.attention): max of the sides is the modelled time (s); F, B the
     workload's own work (moesim.workload.attention, what the cost model prices: B without the
     split-KV partials); peak: the BF16 dense peak. An XQA variant with a `<key>.mmha` sibling
     (TRT-LLM generation) times the rows that run MMHA (mmha_rows) with it. factor(variant, shape):
@@ -249,15 +250,17 @@ def entry_sides(family: str, entry: dict, shape: dict, peak, bw, sms, factor=Non
 
     def sides(variant, kernel):
         r = factor(variant, shape)
-        c, m = _variant_sides(family, {**shape, "kernel": kernel}, variant["params"], kvb, peak, bw, sms, fit_sms)
-        return c * r, m * r
+        c, m, fixed = _variant_sides(
+            family, {**shape, "kernel": kernel}, variant["params"], kvb, peak, bw, sms, fit_sms
+        )
+        return c * r, m * r, fixed * r
 
-    c, m = sides(v, v.get("kernel"))
+    c, m, fixed = sides(v, v.get("kernel"))
     mm = variants.get(f"{key}.{MMHA}") if v.get("kernel") == XQA else None
     if mm is not None:
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            c_mm, m_mm = sides(mm, MMHA)
-            c, m = np.where(sel, c_mm, c), np.where(sel, m_mm, m)
-    return c, m, F, B - split
+            c_mm, m_mm, f_mm = sides(mm, MMHA)
+            c, m, fixed = np.where(sel, c_mm, c), np.where(sel, m_mm, m), np.where(sel, f_mm, fixed)
+    return c, m, fixed, F, B - split

@@ -1,7 +1,8 @@
 """OpWork x HardwareSpec x CostMode -> OpCost (time, bound, provenance), vectorized.
 
-Kernels: time = max(FLOP / (peak * eff_c), bytes / (hbm_bw * eff_m)) + launch  (roofline,
-Williams et al. 2009; efficiencies from the calibration profile in `calibrated` mode).
+Kernels: time = alpha + max(FLOP / (peak * eff_c), bytes / (hbm_bw * eff_m)) + launch  (roofline,
+Williams et al. 2009; efficiencies and the fixed cost alpha from the calibration profile in
+`calibrated` mode: moesim.perf.profile.reader.Profile.kernel_efficiency).
 Collectives: alpha-beta per link class (Hockney); all-to-all runs NVLink and RDMA concurrently:
 time = alpha + max(rdma_bytes / rdma_bw, nvlink_bytes / nvlink_bw) (moesim.perf.collectives, the
 one definition the calibration fit uses too).
@@ -105,7 +106,7 @@ class CostModel:
         flops, nbytes = np.broadcast_to(flops, shape), np.broadcast_to(nbytes, shape)
         peak = hw.peak_flops(op.dtype)
         ec = em = 1.0
-        launch = 0.0
+        alpha = launch = 0.0  # alpha: the fitted kernel's fixed cost (on both sides, unscaled by the work)
         prov = Provenance.ROOFLINE.value
         measured = None
         pad = None
@@ -125,17 +126,17 @@ class CostModel:
                 if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
                     eff = self.profile.kernel_efficiency("elementwise")
                 if eff is not None:
-                    ec, em = eff
+                    ec, em, alpha = eff
                     prov = Provenance.FITTED.value
                     launch = self.profile.launch_for(fam)
                 if self.mode == CostMode.MEASURED and op.shape:
                     measured = self.profile.measured_time(fam, **op.shape)
             if not self.cuda_graphs:  # eager mode: the host launches every kernel
                 launch = max(launch, hw.kernel_launch_eager_s)
-        compute_s = flops / (peak * np.asarray(ec, float))
+        compute_s = alpha + flops / (peak * np.asarray(ec, float))
         if pad is not None and prov == Provenance.ROOFLINE.value:  # no fitted kernel: pad the peak math
             compute_s = compute_s * pad
-        memory_s = nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
+        memory_s = alpha + nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
         time_s = np.maximum(compute_s, memory_s) + launch
         if measured is not None:
             measured = np.broadcast_to(np.asarray(measured, float), time_s.shape)

@@ -158,14 +158,14 @@ def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, l
     load_rows: A + B rows a CTA loads per k-block (default BM + BN; a TMA multicast cluster of 2
     fetches one operand once for both, moesim.perf.deepgemm_layout); the MMA runs at least 64 rows
     (the SM90 WGMMA instruction's M) whatever BM."""
-    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p, load_rows))
+    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p, load_rows)[:2])
 
 
 def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, load_rows=None):
-    """(compute side, memory side) of waves_time, whose max is waves_time: the tensor-core math of the
-    main loop (waves x k-blocks x t_math) and its load path (the SM's load rate and the k-block
-    pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha + B_out / W. Each side is
-    non-increasing in P and W; the larger one is the kernel's bound."""
+    """(compute side, memory side, alpha) of waves_time, whose max of the sides is waves_time: the
+    tensor-core math of the main loop (waves x k-blocks x t_math) and its load path (the SM's load
+    rate and the k-block pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha +
+    B_out / W. Each side is non-increasing in P and W; the larger one is the kernel's bound."""
     ctas = np.maximum(np.asarray(ctas, float), 1.0)
     waves = np.ceil(ctas / sms - 1e-9)
     bm, bn = np.asarray(bm, float), np.asarray(bn, float)
@@ -178,7 +178,7 @@ def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, 
         steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(b_in, float) / (bw * float(p["eta_m"]))
     )
     alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(b_out, float) / bw
-    return alpha + t_c + t_out, alpha + t_m + t_out
+    return alpha + t_c + t_out, alpha + t_m + t_out, alpha
 
 
 def stream_time(nbytes, bw, p: dict):
@@ -279,11 +279,11 @@ def smax(a, b, q=np.inf):
 
 def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
     """T_model of the overlap_v1 form (module docstring)."""
-    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q))
+    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q)[:2])
 
 
 def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
-    """(compute side, memory side) of overlap_time (smax_sides), whose max is overlap_time."""
+    """(compute side, memory side, t0) of overlap_time (smax_sides), whose max of the sides is overlap_time."""
     x = np.asarray(ctas_per_sm, float)
     u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
     u = np.maximum(u, 1e-12)
@@ -291,7 +291,7 @@ def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s,
         np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q
     )
     t_out = np.asarray(b_out, float) / bw
-    return t0_s + main_c + t_out, t0_s + main_m + t_out
+    return t0_s + main_c + t_out, t0_s + main_m + t_out, t0_s
 
 
 def smax_sides(a, b, q=np.inf):
@@ -304,15 +304,18 @@ def smax_sides(a, b, q=np.inf):
     return smax(a, lo, q), smax(b, lo, q)
 
 
-def side_efficiencies(flops, nbytes, compute_s, memory_s, peak, bw):
-    """(eta_c, eta_m) of a kernel whose model time is max(compute_s, memory_s): eta_c = (F / P) /
-    compute_s on the FLOP time, eta_m = (B / W) / memory_s on the byte time, each in (0, 1]. The
-    cost model's max(F_op / (P eta_c), B_op / (W eta_m)) of an op whose work (F_op, B_op) is the
-    kernel's is then the model time; an op with other work scales each side by its own work ratio
-    (F_op / F, B_op / B: properties of the shape), so it never gets slower with more P or W."""
+def side_efficiencies(flops, nbytes, compute_s, memory_s, peak, bw, fixed_s=0.0):
+    """(eta_c, eta_m) of a kernel whose model time is max(compute_s, memory_s), both holding the fixed
+    cost fixed_s: eta_c = (F / P) / (compute_s - fixed_s) on the FLOP time, eta_m = (B / W) /
+    (memory_s - fixed_s) on the byte time, each in (0, 1]. The cost model's fixed_s +
+    max(F_op / (P eta_c), B_op / (W eta_m)) of an op whose work (F_op, B_op) is the kernel's is then
+    the model time; an op with other work scales each side's work by its own ratio (F_op / F,
+    B_op / B: properties of the shape, the fixed cost unscaled), so it never gets slower with more
+    P or W."""
     t_c = np.asarray(flops, float) / peak
     t_m = np.asarray(nbytes, float) / bw
-    return efficiency_from_times(t_c, compute_s), efficiency_from_times(t_m, memory_s)
+    fixed_s = np.asarray(fixed_s, float)
+    return efficiency_from_times(t_c, compute_s - fixed_s), efficiency_from_times(t_m, memory_s - fixed_s)
 
 
 def efficiency_from_times(t_roof, t_model):

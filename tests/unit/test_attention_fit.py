@@ -128,10 +128,11 @@ def test_reader_prices_the_fitted_time_and_picks_the_kv_dtype_variant():
     shape = dict(batch=np.array([1.0, 64.0]), q_len=1.0, heads=16.0, context=8192.0)
     t = prof.kernel_time("mla_decode", **shape)
     assert np.allclose(t, _t(_decode(shape["batch"], 8192.0, heads=16.0)))
-    eta_c, eta_m = prof.kernel_efficiency("mla_decode", **shape)
+    eta_c, eta_m, alpha = prof.kernel_efficiency("mla_decode", **shape)
     assert np.all((eta_c > 0) & (eta_c <= 1) & (eta_m > 0) & (eta_m <= 1))
-    _, _, F, B, peak = prof.kernel_sides("mla_decode", **shape)  # one efficiency per bound, the fitted time
-    np.testing.assert_allclose(np.maximum(F / (peak * eta_c), B / (prof._hbm * eta_m)), t, rtol=1e-12)
+    *_, F, B, peak = prof.kernel_sides("mla_decode", **shape)  # one efficiency per bound, the fitted time
+    np.testing.assert_allclose(alpha + np.maximum(F / (peak * eta_c), B / (prof._hbm * eta_m)), t, rtol=1e-12)
+    assert np.all(alpha > 0)  # the call's fixed costs, outside the work the efficiencies scale
     t8 = prof.kernel_time("mla_decode", **shape, kv_dtype="fp8")
     assert t8[1] > t[1]  # the fp8 variant's measured HBM ceiling is lower than bf16's here
 

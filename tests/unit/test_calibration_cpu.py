@@ -93,11 +93,13 @@ def test_cpu_loop_for_grouped_gemm_mla_and_memcpy(tmp_path):
     assert 0 < prof["launch"]["us"] < 1e4
     assert {"grouped_gemm", "mla_decode"} <= set(prof["measured_on_this_gpu"])
     p = Profile(read_profile_file(tmp_path / "cpu.yaml"))
-    ec, _ = p.kernel_efficiency(
+    ec, *_ = p.kernel_efficiency(
         "grouped_gemm", m=np.array([8.0, 64.0]), n=7168, k=2048, groups=2, layout="masked", dtype="fp32"
     )
     assert np.all((ec > 0) & (ec <= 1))
-    ec, _ = p.kernel_efficiency("mla_decode", batch=np.array([1.0, 4.0]), q_len=1, heads=16, context=1024, dtype="fp32")
+    ec, *_ = p.kernel_efficiency(
+        "mla_decode", batch=np.array([1.0, 4.0]), q_len=1, heads=16, context=1024, dtype="fp32"
+    )
     assert np.all((ec > 0) & (ec <= 1))
     t = p.measured_time("mla_decode", batch=4, q_len=1, heads=16, context=np.array([512.0, 768.0, 4096.0]))
     assert np.isfinite(t[0]) and np.isfinite(t[1]) and np.isnan(t[2])

@@ -195,10 +195,10 @@ def h800():
 def test_profile_api_is_vectorized_and_bounded(h800):
     m = np.logspace(0, 4.2, 1000)[:, None]
     n = np.array([2112.0, 7168.0, 24576.0])[None, :]
-    ec, em = h800.kernel_efficiency("gemm", m=m, n=n, k=7168.0, prefill=False, mode="x")  # extra keys ignored
+    ec, em, _ = h800.kernel_efficiency("gemm", m=m, n=n, k=7168.0, prefill=False, mode="x")  # extra keys ignored
     assert ec.shape == (1000, 3) and em.shape == (1000, 3)
     assert np.all((ec > 0) & (ec <= 1)) and np.all((em > 0) & (em <= 1))
-    g_ec, _ = h800.kernel_efficiency(
+    g_ec, *_ = h800.kernel_efficiency(
         "grouped_gemm",
         m=np.array([1.0, 16.0, 128.0, 4096.0]),
         n=4096.0,
@@ -213,19 +213,19 @@ def test_profile_api_is_vectorized_and_bounded(h800):
         and np.allclose(mla[0], 660 / 989, rtol=1e-3)
         and np.allclose(mla[1], 3000 / 3350, rtol=1e-3)
     )
-    ec, em = h800.kernel_efficiency("elementwise")
-    assert 0 < float(em) <= 1 and float(ec) == 1.0
+    ec, em, alpha = h800.kernel_efficiency("elementwise")
+    assert 0 < float(em) <= 1 and float(ec) == 1.0 and alpha == 0.0  # a peak entry: no fixed cost
     assert 0 < h800.launch_s < 1e-4
 
 
 def test_fitted_efficiency_reproduces_the_measured_times(h800):
-    """time = max(F/(P ec), B/(W em)) with the profile's eta equals the fitted model time."""
+    """time = alpha + max(F/(P ec), B/(W em)) with the profile's eta equals the fitted model time."""
     hw = load_hardware("h800")
     m, n, k = np.array([64.0, 128.0, 4096.0]), 7168.0, 16384.0
-    ec, em = h800.kernel_efficiency("gemm", m=m, n=n, k=k)
+    ec, em, alpha = h800.kernel_efficiency("gemm", m=m, n=n, k=k)
     F_ = 2 * m * n * k
     B_ = m * k + n * k + 2 * m * n
-    t = np.maximum(F_ / (hw.peak_flops("fp8") * ec), B_ / (hw.hbm_bw_Bps * em))
+    t = alpha + np.maximum(F_ / (hw.peak_flops("fp8") * ec), B_ / (hw.hbm_bw_Bps * em))
     np.testing.assert_allclose(t, h800.kernel_time("gemm", m=m, n=n, k=k), rtol=1e-9)
     measured = np.array([45.0, 47.0, 633.0]) * 1e-6  # DG-010 / DG-028 / DG-046 (TFLOPS -> time)
     assert np.all(np.abs(t / measured - 1) < 0.15)

@@ -1,7 +1,8 @@
 """One efficiency per bound (issue 17): a fitted kernel's time is the max of a compute side and a memory
-side, eta_c = (F / P) / compute side and eta_m = (B / W) / memory side, so an op whose work differs from
-its kernel's (F_op, B_op) is priced max(F_op / F * compute side, B_op / B * memory side): never slower
-with more FLOP/s or HBM bandwidth, and its bound is the model's."""
+side, both holding its fixed cost alpha; eta_c = (F / P) / (compute side - alpha) and eta_m = (B / W) /
+(memory side - alpha), so an op whose work differs from its kernel's (F_op, B_op) is priced alpha +
+max(F_op / F * (compute side - alpha), B_op / B * (memory side - alpha)): never slower with more FLOP/s
+or HBM bandwidth, its bound the model's, its fixed cost not scaled by its work."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def _waves(peak, bw, m):
 
 def test_waves_sides_are_the_model_and_decode_is_memory_bound():
     m = np.array([1.0, 16.0, 64.0, 512.0, 4096.0, 16384.0])
-    (c, mem), t = _waves(PEAK, BW, m)
+    (c, mem, alpha), t = _waves(PEAK, BW, m)
     np.testing.assert_array_equal(np.maximum(c, mem), t)
+    assert alpha == WAVES_P["alpha_us"] * 1e-6 and np.all(np.minimum(c, mem) > alpha)
     assert mem[0] > c[0] and c[-1] > mem[-1]  # m = 1 streams the weights; m = 16384 runs the math
 
 
@@ -52,11 +54,12 @@ def test_an_op_with_other_work_never_slows_with_more_flops_or_hbm():
     r_f, r_b = 1.0, RNG.choice([0.1, 0.5, 1.0, 1.3, 2.0], m.size)
 
     def op_time(peak, bw):
-        (c, mem), _ = _waves(peak, bw, m)
+        (c, mem, alpha), t = _waves(peak, bw, m)
         n, k = 7168.0, 2048.0
         F, b_in, b_out = E.gemm_work(m, n, k, 1.0, 1.0, 2.0)
-        ec, em = E.side_efficiencies(F, b_in + b_out, c, mem, peak, bw)
-        return np.maximum(r_f * F / (peak * ec), r_b * (b_in + b_out) / (bw * em))
+        ec, em = E.side_efficiencies(F, b_in + b_out, c, mem, peak, bw, alpha)
+        np.testing.assert_allclose(alpha + np.maximum(F / (peak * ec), (b_in + b_out) / (bw * em)), t, rtol=1e-12)
+        return alpha + np.maximum(r_f * F / (peak * ec), r_b * (b_in + b_out) / (bw * em))
 
     base = op_time(PEAK, BW)
     for k in (1.01, 1.25, 2.0, 8.0):

@@ -169,11 +169,12 @@ def test_profile_prices_waves_entries_and_picks_variants():
     tb = prof.kernel_time("gemm", m=1.0, n=128.0, k=128.0, dtype="bf16")
     assert float(tb) > float(t) + 3e-6
     shape = dict(m=np.array([1.0, 4096.0]), n=7168.0, k=7168.0)
-    ec, em = prof.kernel_efficiency("gemm", **shape)
+    ec, em, alpha = prof.kernel_efficiency("gemm", **shape)
     assert np.all((ec > 0) & (ec <= 1) & (em > 0) & (em <= 1))
-    _, _, F, B, peak = prof.kernel_sides("gemm", **shape)  # eta_c on the FLOP time, eta_m on the byte time
+    *_, F, B, peak = prof.kernel_sides("gemm", **shape)  # eta_c on the FLOP time, eta_m on the byte time
     t_c, t_m = F / (peak * ec), B / (prof._hbm * em)
-    np.testing.assert_allclose(np.maximum(t_c, t_m), prof.kernel_time("gemm", **shape), rtol=1e-12)
+    np.testing.assert_allclose(alpha + np.maximum(t_c, t_m), prof.kernel_time("gemm", **shape), rtol=1e-12)
+    assert alpha == pytest.approx(P["alpha_us"] * 1e-6)  # the fitted fixed cost, outside the work
     assert t_m[0] > t_c[0]  # m = 1 streams the weights: the bound is the memory side
 
 

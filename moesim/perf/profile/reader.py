@@ -1,8 +1,8 @@
 """Read a calibration profile (calibration/profiles/<gpu>.yaml) for the cost model.
 
     prof = load_profile(hw)                       # None when the GPU has no profile
-    ec, em = prof.kernel_efficiency("gemm", m=m, n=n, k=k)
-    time   = max(F / (peak * ec), B / (hbm_bw * em)) + prof.launch_s
+    ec, em, alpha = prof.kernel_efficiency("gemm", m=m, n=n, k=k)
+    time   = alpha + max(F / (peak * ec), B / (hbm_bw * em)) + prof.launch_s
 
 Everything is vectorized over numpy arrays that broadcast (grids of millions of configurations);
 no Python loop runs over configurations. The profile is plain YAML read with yaml.safe_load.
@@ -13,10 +13,11 @@ them), read lazily once from the side-car .residuals.npz next to the profile.
 
 Efficiency (moesim/perf/efficiency.py): a fitted kernel's model time is the max of a compute side
 and a memory side (T_c, T_m: the fixed costs plus its FLOP or its byte term, efficiency.smax_sides);
-ec = (F / P) / T_c and em = (B / W) / T_m of the kernel's own work (GEMM: F = 2*g*m*n*k,
+ec = (F / P) / (T_c - alpha) and em = (B / W) / (T_m - alpha) of the kernel's own work (GEMM: F = 2*g*m*n*k,
 B = g*(m*k + n*k) in the input dtype + g*m*n*2 output; MLA decode: F = 2*b*s*h*ctx*(576+512),
 B = KV cache + queries + outputs), so the cost model's max(...) reproduces the fitted time, and an
-op with other work (the workload's bytes) scales each side by its own work ratio: never slower with
+op with other work (the workload's bytes) scales each side's work by its own work ratio (alpha, the
+fixed cost, unscaled): never slower with
 more FLOP/s or HBM bandwidth (issue 17). For "peak" entries (best-case published figures) ec and em
 are two constants. Efficiencies are fractions of the *live* hardware spec's peaks, so a profile
 inherited by another GPU (or a --set override of peaks) scales with that GPU's numbers.
@@ -196,14 +197,14 @@ class Profile:
         return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
 
     def _overlap_sides(self, p: dict, F, b_in, b_out, x, peak):
-        """overlap_v1 (compute, memory) sides of a fitted entry's params (moesim.perf.efficiency.overlap_sides)."""
+        """overlap_v1 (compute side, memory side, t0) of an entry's params (moesim.perf.efficiency.overlap_sides)."""
         q = p.get("q")  # load/compute combination exponent: absent or .inf -> max
         q = np.inf if q is None else float(q)
         e_c, e_m, t0, c = (float(p[k]) for k in ("eta_c", "eta_m", "t0_us", "c"))
         return E.overlap_sides(F, b_in, b_out, x, peak, self._hbm, e_c, e_m, t0 * 1e-6, c, q)
 
     def _attn_sides(self, family: str, e: dict, shape: dict):
-        """(compute side, memory side, F, B) of an mla_v2 attention entry (moesim.perf.attention_eff)."""
+        """(compute side, memory side, fixed, F, B) of an mla_v2 attention entry (moesim.perf.attention_eff)."""
         if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
             raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
         peak, bw = peak_flops(self._flops, "bf16"), self._hbm
@@ -217,10 +218,11 @@ class Profile:
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
     def kernel_efficiency(self, family: str, **shape):
-        """(compute_eff, memory_eff) arrays in (0, 1] for the broadcast shape, or None if not covered:
-        eta_c on the FLOP time and eta_m on the byte time, from the fitted model's compute and memory
-        sides (kernel_sides; moesim.perf.efficiency.side_efficiencies), so max(F / (P eta_c), B / (W
-        eta_m)) of the kernel's own work is its modelled time and neither grows with P or W.
+        """(compute_eff, memory_eff, alpha_s) for the broadcast shape, or None if not covered: eta_c on
+        the FLOP time and eta_m on the byte time (in (0, 1]), from the fitted model's compute and memory
+        sides, and its fixed cost alpha_s (kernel_sides; efficiency.side_efficiencies), so alpha_s +
+        max(F / (P eta_c), B / (W eta_m)) of the kernel's own work is its modelled time; none grows
+        with P or W. Peak entries: alpha_s = 0.
 
         Shape keywords: m, n, k, groups, layout ("masked" | "contiguous"), batch, q_len, context,
         heads, dtype (optional; the family's fitted dtype by default), tile_pad (MMA work over
@@ -233,26 +235,27 @@ class Profile:
             p, pad = e["params"], shape.get("tile_pad")  # pad: MMA work / useful work (routed groups), >= 1
             pad = 1.0 if pad is None else np.asarray(pad, float)
             out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
-            return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])))
-        c, m, F, B, peak = self.kernel_sides(family, **shape)
-        return E.side_efficiencies(F, B, c, m, peak, self._hbm)
+            return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])), 0.0)
+        c, m, fixed, F, B, peak = self.kernel_sides(family, **shape)
+        return (*E.side_efficiencies(F, B, c, m, peak, self._hbm, fixed), fixed)
 
     def kernel_sides(self, family: str, **shape):
-        """(compute side, memory side, F, B, peak) of a fitted (non-peak) entry: max of the sides is
-        kernel_time (residual included); F, B the kernel's own work; peak its dtype's FLOP/s."""
+        """(compute side, memory side, fixed cost, F, B, peak) of a fitted (non-peak) entry: max of the
+        sides is kernel_time (residual included; both hold the fixed cost); F, B the kernel's own
+        work; peak its dtype's FLOP/s."""
         e = self.kernels[family]
         if e["model"] == S.MLA_V2:
             return (*self._attn_sides(family, e, shape), peak_flops(self._flops, "bf16"))
         F, b_in, b_out, x, peak = self._work(family, e, shape)
         if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
-            c, m = self._model_sides(family, e, shape, peak)
+            c, m, fixed = self._model_sides(family, e, shape, peak)
         else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
             pad = shape.get("tile_pad")
-            c, m = self._overlap_sides(
+            c, m, fixed = self._overlap_sides(
                 e["params"], F * (1.0 if pad is None else np.asarray(pad, float)), b_in, b_out, x, peak
             )
         r = self.residual_factor(family, e, shape)
-        return c * r, m * r, F, b_in + b_out, peak
+        return c * r, m * r, fixed * r, F, b_in + b_out, peak
 
     def kernel_time(self, family: str, **shape):
         """Modelled kernel time in seconds (launch overhead not included), or None if not covered."""
@@ -283,7 +286,7 @@ class Profile:
         return bool((e := self.kernels.get("gemm")) and pick_variant(e, dtype).get("act_quant_in_rows"))
 
     def _model_sides(self, family: str, e: dict, shape: dict, peak):
-        """waves_v1 / stream_v1 (compute, memory) sides of an entry (moesim.perf.profile.work.model_sides)."""
+        """waves_v1 / stream_v1 (compute side, memory side, alpha) of an entry (moesim.perf.profile.work.model_sides)."""
         v = pick_variant(e, dtype := self._dtype(family, e, shape), shape.get("layout"))
         shape = {**shape, **entry_keys(family, v)}  # a GEMM fit's tiling rule and input quant pass
         return model_sides(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)

@@ -260,31 +260,32 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
 
 def parts_time(parts, extra, sms, peak, bw, p: dict):
     """alpha + the waves_v1 time of each GEMM (moesim.perf.efficiency.waves_time) + streamed bytes."""
-    return np.maximum(*parts_sides(parts, extra, sms, peak, bw, p))
+    return np.maximum(*parts_sides(parts, extra, sms, peak, bw, p)[:2])
 
 
 def parts_sides(parts, extra, sms, peak, bw, p: dict):
-    """(compute side, memory side) of parts_time, whose max is parts_time: one GEMM's sides
+    """(compute side, memory side, alpha) of parts_time, whose max of the sides is parts_time: one GEMM's sides
     (efficiency.waves_sides) plus alpha and the streamed bytes. A kernel of several GEMMs (the fused
     MoE's up and down) can have each bound by another side, so its time is no max of two sums:
     both sides are then the whole time (exact and monotone; such an op's bound is its work's)."""
     p0 = {**p, "alpha_us": 0.0}
     sides = [E.waves_sides(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in parts]
-    c, m = sides[0] if len(sides) == 1 else (sum(np.maximum(*s) for s in sides),) * 2
+    c, m = sides[0][:2] if len(sides) == 1 else (sum(np.maximum(*s[:2]) for s in sides),) * 2
     alpha, t_x = float(p["alpha_us"]) * 1e-6, np.asarray(extra, float) / (bw * float(p["eta_m"]))
-    return alpha + c + t_x, alpha + m + t_x
+    return alpha + c + t_x, alpha + m + t_x, alpha
 
 
 def model_time(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
     """Modelled time (s) of a waves_v1 / stream_v1 entry with params p for a broadcast shape."""
-    return np.maximum(*model_sides(model, family, dtype, sms, peak, bw, p, shape))
+    return np.maximum(*model_sides(model, family, dtype, sms, peak, bw, p, shape)[:2])
 
 
 def model_sides(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
-    """(compute side, memory side) of model_time: a stream_v1 kernel's compute side is its alpha."""
+    """(compute side, memory side, alpha) of model_time: a stream_v1 kernel's compute side is its alpha."""
     if model == STREAM:
         t = E.stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
-        return np.minimum(t, float(p["alpha_us"]) * 1e-6), t
+        alpha = np.minimum(t, float(p["alpha_us"]) * 1e-6)
+        return alpha, t, alpha
     if family == "moe" and p.get("token_bytes") is not None and shape.get("token_bytes") is None:
         shape = {**shape, "token_bytes": p["token_bytes"]}  # the entry's per-token passes (fit.moe_tables)
     return parts_sides(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
