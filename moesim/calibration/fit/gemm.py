@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from moesim.calibration.fit import residual as R
+from moesim.calibration.fit.act_quant import act_quant_model, quant_seconds
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -94,10 +95,12 @@ class WavesData:
         self.sms, self.peak, self.bw = peaks.sms, peaks.peak(dtype), peaks.hbm_Bps
         self.parts, self.extra = waves_parts(family, dtype, self.sms, _shape_of(d, family))
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
+        self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
 
     def predict(self, p, idx):
         parts = [tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6]) + (part[6],) for part in self.parts]
-        return parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+        t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+        return t + self.known[idx]
 
     def fit(self, idx, x0=None):
         """Least squares on log time over (a subset of) rows idx; from x0 alone when given (the
@@ -109,7 +112,7 @@ class WavesData:
 
         starts = [list(s) for s in WAVES_STARTS] if x0 is None else [x0]
         for s in starts if x0 is None else []:
-            s[2] = min(s[2], float(np.min(self.t[idx])) * 1e6 * 0.8)
+            s[2] = min(s[2], float(np.min(self.t[idx] - self.known[idx])) * 1e6 * 0.8)
         return lsq(res, starts, WAVES_LO, WAVES_HI)
 
 
@@ -174,7 +177,7 @@ def _key(family: str, e: dict, layout: str = "") -> str:
 # SGLang's fp8_block op runs sglang_per_token_group_quant_fp8 and then DeepGEMM's gemm_nt_f8f8bf16
 # (collector/sglang/collect_gemm.py; its fp8 op runs sgl_per_token_quant_fp8 first), TRT-LLM's and
 # vLLM's call the Linear module, which quantizes its input inside. A variant fitted on such rows prices
-# "activation quant + GEMM"; the step model then leaves out its own pre-GEMM quant passes (Tag.ACT_QUANT).
+# "activation quant + GEMM": fitted as the GEMM alone plus a known quant time (moesim.calibration.fit.act_quant).
 ACT_QUANT_DTYPES = frozenset({"fp8_block", "fp8"})
 ACT_QUANT_SOURCE = "aiconfigurator-core"
 
@@ -184,17 +187,24 @@ def act_quant_in_rows(d: pd.DataFrame, dtype: str) -> bool:
     return dtype in ACT_QUANT_DTYPES and bool(d["source"].astype(str).str.startswith(ACT_QUANT_SOURCE).all())
 
 
-def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
+def fit_waves(
+    family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None, quant=None
+) -> dict:
     """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype, with its measured
-    residual block (the layout is added to the key by fit_variants)."""
+    residual block (the layout is added to the key by fit_variants). GEMM rows timed as linear ops with
+    their input quant: the entry prices the GEMM alone, the quant model `quant` (act_quant_model) known."""
     data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
+    linear_op = family == "gemm" and quant is not None and act_quant_in_rows(data.d, dtype)
+    if linear_op:
+        data.known = quant_seconds(data.d.m.values, data.d.k.values, peaks, quant)
     ids = shape_ids(data.d, family)
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
-    if family == "gemm" and act_quant_in_rows(data.d, dtype):
+    if linear_op:
         e["act_quant_in_rows"] = True
+        e["act_quant_model"] = quant
     R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
     return e
 
@@ -247,6 +257,9 @@ OP_PREFERENCE = ("scale_matrix", "")  # quant: the quant pass the workload price
 BIG_TABLE = 200  # timed rows from which gemm uses waves_v1 (measured tables spanning m); fewer: overlap_v1
 
 
+VARIANT_KEYS = ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows", "act_quant_model")
+
+
 def _rank(values, preference) -> int:
     return min((preference.index(v) if v in preference else len(preference)) for v in values)
 
@@ -254,15 +267,11 @@ def _rank(values, preference) -> int:
 def _variant(e: dict, **keys) -> dict:
     return {
         **keys,
-        **{
-            k: e[k]
-            for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows")
-            if k in e
-        },
+        **{k: e[k] for k in VARIANT_KEYS if k in e},
     }
 
 
-def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
+def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list, quant=None) -> dict | None:
     """One waves_v1 / stream_v1 fit per (layout, dtype, backend) group of `d` (>= MIN_ROWS timed rows);
     the preferred group is the entry, every group is listed under `variants` (the reader picks the
     one matching the priced dtype / layout). quant rows are also grouped by op: the quant pass
@@ -277,7 +286,7 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
         e = (
             fit_stream(g, backend, peaks, gpu, folds, op)
             if family == "quant"
-            else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds)
+            else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds, quant)
         )
         if layout:
             e["layout"] = layout
@@ -297,16 +306,19 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
     return main
 
 
-def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict:
-    """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none."""
+def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list, elementwise=None) -> dict:
+    """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none. quant
+    first: linear-op GEMM rows are fitted less their input quant (act_quant_model: this quant fit, else
+    the stand-in from `elementwise`, the entry the step prices the engine's quant op with)."""
     timed = df[(df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
     out = {}
-    for family in ("gemm", "moe", "quant"):
+    for family in ("quant", "gemm", "moe"):
         d = timed[timed.kernel == family]
         if family == "gemm" and len(d) < BIG_TABLE:
             continue  # small README tables keep overlap_v1 (moesim.calibration.fit.kernels)
         if len(d):
-            e = fit_variants(family, d, peaks, gpu, folds, notes)
+            quant = act_quant_model(out.get("quant"), elementwise, peaks) if family == "gemm" else None
+            e = fit_variants(family, d, peaks, gpu, folds, notes, quant)
             if e:
                 out[family] = e
     if "moe" in out and "grouped_gemm" not in out:
