@@ -195,11 +195,15 @@ def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
         ops = [*_in_quant("kv_b_quant", t, lat, ab, blk), kv_b, core]
     else:
+        # FP8 absorb BMMs quantise their BF16 inputs (q_nope, the attention output) in their own pass
+        # (SGLang forward_absorb: per_tensor_quant_mla_fp8, then bmm_fp8), priced as the quant pass
         ops = [
+            *_in_quant("w_uk_quant", t, h * nope, ab, blk),
             _bmm("w_uk_bmm", t, h, lat, nope, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=1),
             elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1),
             core,
-            _bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, stage=2),
+            *_in_quant("w_uv_quant", t, h * lat, ab, blk, stage=2),
+            _bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=2),
         ]
     return [dataclasses.replace(o, name=prefix + o.name, present=present) for o in ops]
 

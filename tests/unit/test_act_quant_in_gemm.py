@@ -14,7 +14,8 @@ from moesim.perf.profile import load_profile
 from moesim.specs import load_hardware
 
 CFG = {"model": "deepseek-v3", "hardware": "h800", "ep": 144, "redundant_experts": 32, "batch": 64}
-QUANT_OPS = {"mlp_quant", "shared_quant", "o_proj_quant", "qkv_a_quant", "q_b_quant"}
+QUANT_OPS = {"mlp_quant", "mlp_down_quant", "shared_quant", "shared_down_quant", "o_proj_quant", "qkv_a_quant"}
+QUANT_OPS |= {"q_b_quant", "w_uk_quant", "w_uv_quant"}
 SOURCE = "aiconfigurator-core 0.12.0 h200_sxm sglang 0.5.14 gemm_perf x"
 TRUE = dict(zip(WAVES_NAMES, (0.7, 0.75, 3.0, 100.0, 60.0)))
 QUANT_BEFORE = {"qkv_a_proj": "qkv_a_quant", "q_b_proj": "q_b_quant", "o_proj": "o_proj_quant"}
@@ -99,6 +100,21 @@ def test_quant_passes_priced_as_their_own_ops():
     assert QUANT_OPS <= {o["name"] for o in roof.ops if o["time_s"] > 0}
 
 
+def _same_input(g, q, groups=1.0):
+    assert q.shape["kernel_family"] == "quant" and float(q.present) == 1.0
+    assert float(q.shape["m"][0]) == float(g.shape["m"][0])
+    assert float(q.shape["k"][0]) == float(g.shape["k"][0]) * groups
+
+
+def test_dense_down_projection_quantises_its_input():
+    from moesim.specs import load_model
+    from moesim.workload.ffn import dense_ffn_ops
+
+    ops = {o.name: o for o in dense_ffn_ops(load_model("deepseek-v3"), t=np.array([64.0]), tp=1)}
+    _same_input(ops["mlp_down"], ops["mlp_down_quant"])
+    _same_input(ops["mlp_gate_up"], ops["mlp_quant"])
+
+
 def test_every_bf16_fed_fp8_projection_has_its_input_quant():
     """The GEMM entries price the GEMM alone: a block-FP8 projection whose input leaves a norm or the
     attention core in BF16 needs its quant pass as an op of the step, with the GEMM's [m, k] input."""
@@ -110,9 +126,10 @@ def test_every_bf16_fed_fp8_projection_has_its_input_quant():
     for prefill, pairs in ((False, QUANT_BEFORE), (True, {**QUANT_BEFORE, "kv_b_proj": "kv_b_quant"})):
         ops = {o.name: o for o in attention_ops(load_model("deepseek-v3"), prefill=prefill, **kw)}
         for gemm_name, quant_name in pairs.items():
-            g, q = ops[gemm_name], ops[quant_name]
-            assert q.shape["kernel_family"] == "quant" and float(q.present) == 1.0
-            assert float(q.shape["m"][0]) == float(g.shape["m"][0]) and float(q.shape["k"][0]) == float(g.shape["k"][0])
+            _same_input(ops[gemm_name], ops[quant_name])
+        if not prefill:  # the absorb BMMs: [t, heads x k] inputs
+            for bmm, quant in (("w_uk_bmm", "w_uk_quant"), ("w_uv_bmm", "w_uv_quant")):
+                _same_input(ops[bmm], ops[quant], float(ops[bmm].shape["groups"]))
     bf16 = {o.name for o in attention_ops(load_model("llama-3-1-70b"), prefill=False, **kw)}
     assert not any(n.endswith("_quant") for n in bf16)  # BF16 activations: no quant pass
 
