@@ -35,8 +35,8 @@ from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work
 
 STAND_IN_NOTE = (
-    "stand-in: no fitted table of this engine's fused quant kernel; the streaming pass the step prices "
-    "for its quant op (the profile's elementwise eta_m, inherited, plus the launch gap)"
+    "stand-in: the engine these rows come from has no fitted table of its fused quant kernel; the streaming "
+    "pass its step prices the quant op at (the profile's elementwise eta_m, inherited, plus the launch gap)"
 )
 
 
