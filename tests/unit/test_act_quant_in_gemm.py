@@ -134,6 +134,36 @@ def test_every_bf16_fed_fp8_projection_has_its_input_quant():
     assert not any(n.endswith("_quant") for n in bf16)  # BF16 activations: no quant pass
 
 
+@pytest.mark.slow  # ~3 s each: loads the imported GEMM table and the profile's residuals
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_shipped_gemm_plus_its_input_quant_is_the_measured_linear_op(engine):
+    """End to end on the shipped H200 profile: `kernel gemm` (the GEMM alone) plus the input quant the
+    step prices reproduce the measured linear-op rows; counting the quant twice or never would miss them
+    by its share (median 12-18 % of a row)."""
+    from pathlib import Path
+
+    from moesim.calibration.fit.data import load_measurements
+    from moesim.engine.pricing import resolve_specs
+    from moesim.enums import CostMode
+    from moesim.perf.kernel import price_kernel
+    from moesim.specs.loader import data_root
+    from moesim.workload.kernels import kernel_work
+
+    model, hw = resolve_specs("deepseek-v3", "h200", None)
+    prof = load_profile(hw, engine=engine)
+    if not prof.gemm_act_quant():
+        pytest.skip("shipped profile predates act_quant_model (calibration/profiles not regenerated)")
+    rows = load_measurements([Path(data_root()) / f"calibration/measurements/h200/{engine}/gemm_perf.csv.gz"])
+    rows = rows[(rows.dtype == "fp8_block") & (rows.exclude == "")].sample(40, random_state=0)
+    err, share = [], []
+    for r in rows.itertuples():
+        res = price_kernel(kernel_work(model, hw, "gemm", m=r.m, n=r.n, k=r.k), model, hw, CostMode.CALIBRATED, prof)
+        err.append(abs((res["time_s"] + res["input_quant_s"]) / r.time_s - 1.0))
+        share.append(res["input_quant_s"] / r.time_s)
+    assert np.median(err) < 0.02 and np.percentile(err, 90) < 0.05
+    assert np.median(share) > 0.05  # the quant is a visible share: twice or never would fail above
+
+
 def test_single_node_deepep_rows_take_the_parents_nic_share_per_node_count():
     """vLLM's DeepEP normal rows are one node: its multi-node pricing uses the same library's measured
     NIC share per node count (SGLang's knots), not a flat 100 % of the NIC."""
