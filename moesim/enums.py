@@ -127,4 +127,4 @@ class Tag(StrEnum):
     COMBINE = "combine"  # the all-to-all half that returns expert outputs
     EXPERTS_DOWN = "experts_down"  # routed down projection: SBO streams the combine behind it
     CORE = "core"  # attention core: the only op whose cost depends on the context length
-    ACT_QUANT = "act_quant"  # a BF16 -> FP8 pass feeding one FP8 GEMM: inside the GEMM where its fit timed it
+    ACT_QUANT = "act_quant"  # a BF16 -> FP8 pass feeding one FP8 GEMM (its own kernel; fit.act_quant)

@@ -66,5 +66,5 @@ def register(app: typer.Typer) -> None:
             f"efficiency vs roofline {res['efficiency'] * 100:.0f}%  [{res['provenance']}]  "
             f"{res['flops'] / 1e9:.2f} GFLOP  {U.fmt_bytes(res['bytes'])}"
         )
-        for x in notes:
+        for x in notes + ([res["note"]] if res.get("note") else []):
             typer.echo(f"note: {x}")

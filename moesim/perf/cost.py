@@ -60,12 +60,6 @@ def _family(op: OpWork, model: ModelSpec) -> str:
     }.get(op.kind, "elementwise")
 
 
-QUANT_IN_GEMM_NOTE = (
-    "FP8 activation quant passes (MLP, shared expert, o_proj inputs) are inside the FP8 GEMM times: the "
-    "engine's measured linear ops include their input quant (moesim.calibration.fit.gemm.act_quant_in_rows)"
-)
-
-
 class CostModel:
     """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
 
@@ -87,8 +81,6 @@ class CostModel:
     def kernel(self, op: OpWork) -> OpCost:
         """The kernel's OpCost; on a GPU with another SM count than the profile's fit, bounded by the
         fitted GPU's (moesim.perf.smscale)."""
-        if Tag.ACT_QUANT in op.tags and self._quant_in_gemm():
-            return self._absent(op)
         cost = self._kernel(op)
         fit = fitted_sms(self.profile)
         if fit is None or fit == self.hw.sms:
@@ -161,23 +153,6 @@ class CostModel:
             nbytes * present,
             kind=op.kind,
         )
-
-    def _quant_in_gemm(self) -> bool:
-        """The profile's FP8 GEMM fit already times the input quant (moesim.calibration.fit.gemm)."""
-        if self.profile is None or not hasattr(self.profile, "gemm_includes_act_quant"):
-            return False
-        if not self.profile.gemm_includes_act_quant():
-            return False
-        note = QUANT_IN_GEMM_NOTE
-        if note not in self.notes:
-            self.notes.append(note)
-        return True
-
-    def _absent(self, op: OpWork) -> OpCost:
-        """A zero-time op (priced inside another op's fit), its work still counted as zero."""
-        z = np.zeros(np.broadcast(np.asarray(op.flops, float), np.asarray(op.bytes_total, float)).shape)
-        bound = np.full(z.shape, BoundCode.MEMORY)
-        return OpCost(op.name, op.stream, op.stage, z, z, z, z, bound, Provenance.FITTED.value, z, z, kind=op.kind)
 
     # ------------------------------------------------------------------ collectives
     def comm(self, op: OpWork, comm_mode: str = "") -> OpCost:

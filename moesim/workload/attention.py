@@ -13,7 +13,7 @@ import numpy as np
 
 from moesim.enums import OpKind, Tag
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, matmul_work
+from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, matmul_work, quant_pass
 
 CORE_TAGS = frozenset({Tag.CORE})
 
@@ -162,11 +162,24 @@ def _bmm(name, t, h, n, k, *, w_bytes, a_bytes, dtype, stage) -> OpWork:
 def _o_proj_quant(t, width, a_bytes, block):
     """The attention output leaves its kernel in BF16; an FP8 o_proj needs a per-token-group
     quantisation pass first (DeepSeek's decode profile shows it as its own kernel): read BF16,
-    write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit."""
+    write FP8 plus one FP32 scale per `block` elements. None when activations stay 16-bit; block-scaled:
+    a `quant` kernel like the other input quants (_in_quant)."""
     if a_bytes >= 2:
         return []
+    if block:
+        return _in_quant("o_proj_quant", t, width, a_bytes, block, stage=2)
     nbytes = t * width * (2.0 + act_elem_bytes(a_bytes, block))
     return [elementwise("o_proj_quant", nbytes, stage=2, tags=frozenset({Tag.ACT_QUANT}))]
+
+
+def _in_quant(name, t, k, a_bytes, block, stage=1):
+    """The input quant of a block-FP8 projection fed by a BF16 norm output: the engine's FP8 linear op
+    runs per_token_group_quant_fp8 before the GEMM (SGLang Fp8LinearMethod; aiconfigurator's GEMM rows
+    time both, moesim.calibration.fit.act_quant): its own kernel, priced by the `quant` family. None
+    when activations stay 16-bit or are not block-scaled."""
+    if a_bytes >= 2 or not block:
+        return []
+    return [quant_pass(name, t, k, a_bytes=a_bytes, block=block, stage=stage, tags=frozenset({Tag.ACT_QUANT}))]
 
 
 def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool, prefix="", present=1.0):
@@ -179,13 +192,18 @@ def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
     lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
     core = core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill)
     if prefill:
-        ops = [gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1), core]
+        kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
+        ops = [*_in_quant("kv_b_quant", t, lat, ab, blk), kv_b, core]
     else:
+        # FP8 absorb BMMs quantise their BF16 inputs (q_nope, the attention output) in their own pass
+        # (SGLang forward_absorb: per_tensor_quant_mla_fp8, then bmm_fp8), priced as the quant pass
         ops = [
+            *_in_quant("w_uk_quant", t, h * nope, ab, blk),
             _bmm("w_uk_bmm", t, h, lat, nope, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=1),
             elementwise("rope_kv_append", t * (lat + rope) * kvb * 2.0, stage=1),
             core,
-            _bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, stage=2),
+            *_in_quant("w_uv_quant", t, h * lat, ab, blk, stage=2),
+            _bmm("w_uv_bmm", t, h, vd, lat, w_bytes=wb, a_bytes=ab, dtype=p.weight_dtype, stage=2),
         ]
     return [dataclasses.replace(o, name=prefix + o.name, present=present) for o in ops]
 
@@ -225,12 +243,15 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         qd = a.qk_nope_head_dim + rope
         if a.q_lora_rank:
             # fused q_a + kv_a down projection (Perplexity: qkv_a_proj), replicated across TP
+            ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)
             ops.append(
                 gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
             )
             ops.append(elementwise("qkv_a_norm", t_all * (a.q_lora_rank + lat) * 2.0 * 2.0, stage=1))
+            ops += _in_quant("q_b_quant", t_all, a.q_lora_rank, ab, blk)
             ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
         else:
+            ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)  # one pass: kv_a_proj and q_proj share the input
             ops.append(gemm("kv_a_proj", t_all, lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
             ops.append(elementwise("kv_a_norm", t_all * lat * 2.0 * 2.0, stage=1))
             ops.append(gemm("q_proj", t_all, h * qd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
@@ -239,6 +260,7 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
     else:
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
+        ops += _in_quant("qkv_quant", t_all, d, ab, blk)
         ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
         ops += form
         width = h * hd

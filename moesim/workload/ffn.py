@@ -35,9 +35,12 @@ def comm_sms_held(comm: CommMode, comm_sms=None) -> float:
     return float(DEEPEP_NORMAL_SMS if comm_sms is None else comm_sms)
 
 
-def _act(name, m, width, stage, tags=frozenset()):
-    # SiLU(gate) * up, then FP8 re-quantisation of the result: read 2 x width BF16, write width FP8
-    return elementwise(name, m * width * (2.0 * 2.0 + 1.0), stage=stage, tags=tags)
+def _act(name, m, width, stage, tags=frozenset(), out_bytes=1.0):
+    # SiLU(gate) * up: read 2 x width BF16, write width; the routed experts' kernel re-quantises to FP8
+    # in the same pass (out_bytes 1); the dense / shared MLP's SiluAndMul writes BF16 (out_bytes 2) and
+    # the FP8 down projection quantises its input in its own pass (SGLang DeepseekV2MLP: act_fn, then
+    # down_proj's Fp8LinearMethod runs per_token_group_quant_fp8)
+    return elementwise(name, m * width * (2.0 * 2.0 + out_bytes), stage=stage, tags=tags)
 
 
 def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
@@ -47,7 +50,8 @@ def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
     ops = [
         quant_pass("mlp_quant", t, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),  # normed BF16 -> FP8
         gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
-        _act("mlp_act", t, width, 3),
+        _act("mlp_act", t, width, 3, out_bytes=2.0),
+        quant_pass("mlp_down_quant", t, width, a_bytes=ab, block=blk, stage=4, tags={Tag.ACT_QUANT}),
         gemm("mlp_down", t, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=4),
         allreduce("mlp_tp_allreduce", t, d, tp, 4),
     ]
@@ -183,7 +187,8 @@ def moe_ops(
         ops += [
             quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
             gemm("shared_gate_up", ms, 2 * ws, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
-            _act("shared_act", ms, ws, 3),
+            _act("shared_act", ms, ws, 3, out_bytes=2.0),
+            quant_pass("shared_down_quant", ms, ws, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
             gemm("shared_down", ms, d, ws, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
         ]
     # --- routed experts (stage 4): grouped GEMM over the slots on this rank

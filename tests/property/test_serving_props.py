@@ -113,7 +113,7 @@ def test_fused_moe_pass_shares_the_weights():
     pre = W.build(m, h, _grid([1024], context=1024.0), Phase.PREFILL, CommMode.DEEPEP_NORMAL)
     assert _weight_bytes(dec) < _weight_bytes(fused) < _weight_bytes(dec) + _weight_bytes(pre)
     names = {o.name for o in fused.moe_layer} - {o.name for o in dec.moe_layer}
-    assert names == {"prefill_kv_b_proj", "prefill_attn_core"}
+    assert names == {"prefill_kv_b_quant", "prefill_kv_b_proj", "prefill_attn_core"}  # + kv_b's input quant
 
 
 def test_open_loop_light_load_and_overload():

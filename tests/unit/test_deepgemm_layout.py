@@ -7,13 +7,12 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf import deepgemm_layout as L
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import DEEPGEMM_SM90, QUANT_BYTES_PER_ELEM, entry_keys, model_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_SM90, entry_keys, model_time, waves_parts
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
@@ -57,13 +56,10 @@ def _t(shape):
     return model_time(S.WAVES, "gemm", "fp8_block", SMS, PEAK, BW, P, shape)
 
 
-def test_tiling_and_act_quant_keys_move_the_modelled_time():
+def test_tiling_key_moves_the_modelled_time():
     base = {"m": np.array([2048.0, 2561.0]), "n": np.array([2048.0, 1536.0]), "k": 7168.0}
     plain, tiled = _t(base), _t({**base, "tiling": DEEPGEMM_SM90})
     assert not np.allclose(plain, tiled)
-    quant = _t({**base, "tiling": DEEPGEMM_SM90, "act_quant": True})
-    want = base["m"] * 7168.0 * QUANT_BYTES_PER_ELEM / (BW * P["eta_m"])  # read BF16, write FP8 + scales
-    assert quant - tiled == pytest.approx(want, rel=1e-9)
     parts, extra = waves_parts("gemm", "fp8_block", SMS, {**base, "tiling": DEEPGEMM_SM90})
     assert len(parts[0]) == 8 and np.all(extra == 0.0)
     grouped, _ = waves_parts("gemm", "fp8_block", SMS, {**base, "groups": 4.0, "tiling": DEEPGEMM_SM90})
@@ -71,8 +67,8 @@ def test_tiling_and_act_quant_keys_move_the_modelled_time():
 
 
 def test_entry_keys_only_for_gemm():
-    v = {"model_keys": {"tiling": DEEPGEMM_SM90, "act_quant": True}, "act_quant_in_rows": True}
-    assert entry_keys("gemm", v) == {"tiling": DEEPGEMM_SM90, "act_quant": True}
+    v = {"model_keys": {"tiling": DEEPGEMM_SM90}, "act_quant_in_rows": True}
+    assert entry_keys("gemm", v) == {"tiling": DEEPGEMM_SM90}
     assert entry_keys("gemm", {"act_quant_in_rows": True}) == {}  # a profile fitted without the keys
     assert entry_keys("moe", v) == {}
 
@@ -85,9 +81,9 @@ def test_gemm_keys_by_backend_generation_and_source():
     hopper = Peaks(name="h", flops={"fp8": PEAK}, hbm_Bps=BW, sms=SMS, sm_generation=9)
     blackwell = dataclasses.replace(hopper, sm_generation=10)
     dg = _rows("sglang_deepgemm_gemm_nt_f8f8bf16")
-    assert G.gemm_keys("gemm", dg, "fp8_block", hopper) == {"tiling": DEEPGEMM_SM90, "act_quant": True}
-    assert G.gemm_keys("gemm", dg, "fp8_block", blackwell) == {"act_quant": True}  # SM100 has its own heuristic
-    assert G.gemm_keys("gemm", _rows("torch_flow"), "fp8_block", hopper) == {"act_quant": True}
+    assert G.gemm_keys("gemm", dg, "fp8_block", hopper) == {"tiling": DEEPGEMM_SM90}
+    assert G.gemm_keys("gemm", dg, "fp8_block", blackwell) == {}  # SM100 has its own heuristic
+    assert G.gemm_keys("gemm", _rows("torch_flow"), "fp8_block", hopper) == {}
     assert G.gemm_keys("gemm", _rows("torch_flow"), "bf16", hopper) == {}
     assert G.gemm_keys("gemm", _rows("deepgemm", source="device_run"), "fp8_block", hopper) == {"tiling": DEEPGEMM_SM90}
     assert G.gemm_keys("moe", dg, "fp8_block", hopper) == {}
@@ -98,7 +94,7 @@ def test_fit_writes_model_keys_and_the_reader_prices_with_them():
     from moesim.perf.profile.reader import Profile
 
     g = np.array(np.meshgrid([1.0, 64.0, 129.0, 1024.0, 2561.0], [1536.0, 7168.0], KS[::3])).reshape(3, -1)
-    shape = {"m": g[0], "n": g[1], "k": g[2], "tiling": DEEPGEMM_SM90, "act_quant": True}
+    shape = {"m": g[0], "n": g[1], "k": g[2], "tiling": DEEPGEMM_SM90}
     d = pd.DataFrame({c: [""] * g.shape[1] for c in COLUMNS})
     for c in ("groups", "tokens", "hidden", "experts", "topk", "ep", "tp"):
         d[c] = np.nan
@@ -107,7 +103,7 @@ def test_fit_writes_model_keys_and_the_reader_prices_with_them():
     d["m"], d["n"], d["k"], d["time_s"] = g[0], g[1], g[2], _t(shape)
     hopper = Peaks(name="h", flops={"fp8": PEAK}, hbm_Bps=BW, sms=SMS, sm_generation=9)
     e = G.fit_waves("gemm", d, "fp8_block", "sglang_deepgemm_gemm_nt_f8f8bf16", hopper, "h200")
-    assert e["model_keys"] == {"tiling": DEEPGEMM_SM90, "act_quant": True} and e["act_quant_in_rows"]
+    assert e["model_keys"] == {"tiling": DEEPGEMM_SM90}
     assert e["cv"]["physics"]["p90_abs_pct"] < 1.0  # the generating physics is recovered
     e.pop("residual")
     e["variants"] = [G._variant(e)]

@@ -17,6 +17,7 @@ import pandas as pd
 
 from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import residual as R
+from moesim.calibration.fit.act_quant import act_quant_model, quant_seconds
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -97,15 +98,13 @@ def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
 def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
     """The shape keys a GEMM table's physics is fitted with (the entry's `model_keys`, which the
     reader adds to the priced shape): tiling "deepgemm_sm90" for DeepGEMM's normal FP8 GEMM on
-    Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout); act_quant where the rows
-    include the input quant pass (act_quant_in_rows)."""
+    Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout). A linear-op row's input quant is
+    not a key: it is a known time beside the GEMM (WavesData.known, moesim.calibration.fit.act_quant)."""
     keys = {}
     if family != "gemm" or not len(d):
         return keys
     if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and d.backend.str.lower().str.contains("deepgemm").all():
         keys["tiling"] = DEEPGEMM_SM90
-    if act_quant_in_rows(d, dtype):
-        keys["act_quant"] = True
     return keys
 
 
@@ -120,6 +119,7 @@ class WavesData:
         self.keys = gemm_keys(family, d, dtype, peaks)
         self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
+        self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
 
     def predict(self, p, idx):
         parts = [
@@ -128,7 +128,8 @@ class WavesData:
             + tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[7:])
             for part in self.parts
         ]
-        return parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+        t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+        return t + self.known[idx]
 
     def fit(self, idx, x0=None):
         """Least squares on log time over (a subset of) rows idx; from x0 alone when given (the
@@ -140,7 +141,7 @@ class WavesData:
 
         starts = [list(s) for s in WAVES_STARTS] if x0 is None else [x0]
         for s in starts if x0 is None else []:
-            s[2] = min(s[2], float(np.min(self.t[idx])) * 1e6 * 0.8)
+            s[2] = min(s[2], float(np.min(self.t[idx] - self.known[idx])) * 1e6 * 0.8)
         return lsq(res, starts, WAVES_LO, WAVES_HI)
 
 
@@ -205,7 +206,7 @@ def _key(family: str, e: dict, layout: str = "") -> str:
 # SGLang's fp8_block op runs sglang_per_token_group_quant_fp8 and then DeepGEMM's gemm_nt_f8f8bf16
 # (collector/sglang/collect_gemm.py; its fp8 op runs sgl_per_token_quant_fp8 first), TRT-LLM's and
 # vLLM's call the Linear module, which quantizes its input inside. A variant fitted on such rows prices
-# "activation quant + GEMM"; the step model then leaves out its own pre-GEMM quant passes (Tag.ACT_QUANT).
+# "activation quant + GEMM": fitted as the GEMM alone plus a known quant time (moesim.calibration.fit.act_quant).
 ACT_QUANT_DTYPES = frozenset({"fp8_block", "fp8"})
 ACT_QUANT_SOURCE = "aiconfigurator-core"
 
@@ -215,10 +216,16 @@ def act_quant_in_rows(d: pd.DataFrame, dtype: str) -> bool:
     return dtype in ACT_QUANT_DTYPES and bool(d["source"].astype(str).str.startswith(ACT_QUANT_SOURCE).all())
 
 
-def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None) -> dict:
+def fit_waves(
+    family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Peaks, gpu: str, folds=None, quant=None
+) -> dict:
     """A waves_v1 entry (gemm or moe) fitted on rows `d` of one backend and dtype, with its measured
-    residual block (the layout is added to the key by fit_variants)."""
+    residual block (the layout is added to the key by fit_variants). GEMM rows timed as linear ops with
+    their input quant: the entry prices the GEMM alone, the quant model `quant` (act_quant_model) known."""
     data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
+    linear_op = family == "gemm" and quant is not None and act_quant_in_rows(data.d, dtype)
+    if linear_op:
+        data.known = quant_seconds(data.d.m.values, data.d.k.values, peaks, quant)
     ids = shape_ids(data.d, family)
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
@@ -226,8 +233,9 @@ def fit_waves(family: str, d: pd.DataFrame, dtype: str, backend: str, peaks: Pea
     if family == "moe" and backend in MT.TOKEN_BYTES:  # priced the same way by the reader (work.model_time)
         params["token_bytes"] = MT.TOKEN_BYTES[backend]
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
-    if data.keys.get("act_quant"):
+    if linear_op:
         e["act_quant_in_rows"] = True
+        e["act_quant_model"] = quant
     if data.keys:  # the shape keys the physics was fitted with: the reader prices with the same
         e["model_keys"] = dict(data.keys)
     R.attach(e, _key(family, e), R.AXES[family], *R.residual_arrays(data, pts, p), R.weights_for(data))
@@ -282,6 +290,20 @@ OP_PREFERENCE = ("scale_matrix", "")  # quant: the quant pass the workload price
 BIG_TABLE = 200  # timed rows from which gemm uses waves_v1 (measured tables spanning m); fewer: overlap_v1
 
 
+VARIANT_KEYS = (
+    "op",
+    "dtype",
+    "backend",
+    "params",
+    "rows",
+    "cv",
+    "residual",
+    "act_quant_in_rows",
+    "act_quant_model",
+    "model_keys",
+)
+
+
 def _rank(values, preference) -> int:
     return min((preference.index(v) if v in preference else len(preference)) for v in values)
 
@@ -289,15 +311,11 @@ def _rank(values, preference) -> int:
 def _variant(e: dict, **keys) -> dict:
     return {
         **keys,
-        **{
-            k: e[k]
-            for k in ("op", "dtype", "backend", "params", "rows", "cv", "residual", "act_quant_in_rows", "model_keys")
-            if k in e
-        },
+        **{k: e[k] for k in VARIANT_KEYS if k in e},
     }
 
 
-def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict | None:
+def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list, quant=None) -> dict | None:
     """One waves_v1 / stream_v1 fit per (layout, dtype, backend) group of `d` (>= MIN_ROWS timed rows);
     the preferred group is the entry, every group is listed under `variants` (the reader picks the
     one matching the priced dtype / layout). quant rows are also grouped by op: the quant pass
@@ -314,7 +332,7 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
         e = (
             fit_stream(g, backend, peaks, gpu, folds, op)
             if family == "quant"
-            else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds)
+            else fit_waves(family, g, dtype or S.DEFAULT_DTYPE[family], backend, peaks, gpu, folds, quant)
         )
         if layout:
             e["layout"] = layout
@@ -334,16 +352,19 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
     return main
 
 
-def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list) -> dict:
-    """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none."""
+def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: list, elementwise=None) -> dict:
+    """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none. quant
+    first: linear-op GEMM rows are fitted less their input quant (act_quant_model: this quant fit, else
+    the stand-in from `elementwise`, the entry the step prices the engine's quant op with)."""
     timed = df[(df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
     out = {}
-    for family in ("gemm", "moe", "quant"):
+    for family in ("quant", "gemm", "moe"):
         d = timed[timed.kernel == family]
         if family == "gemm" and len(d) < BIG_TABLE:
             continue  # small README tables keep overlap_v1 (moesim.calibration.fit.kernels)
         if len(d):
-            e = fit_variants(family, d, peaks, gpu, folds, notes)
+            quant = act_quant_model(out.get("quant"), elementwise, peaks) if family == "gemm" else None
+            e = fit_variants(family, d, peaks, gpu, folds, notes, quant)
             if e:
                 out[family] = e
     if "moe" in out and "grouped_gemm" not in out:

@@ -290,9 +290,12 @@ def derive_from_own_fits(kernels: dict, gpu: str) -> None:
                 }
 
 
-def fit_kernels(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None, notes: list) -> tuple[dict, dict | None]:
-    """(kernel entries fitted, peaked or derived on this GPU, the measured launch entry or None)."""
-    kernels: dict = fit_table_families(df, peaks, gpu, folds, notes)  # waves_v1 / stream_v1 (big tables)
+def fit_kernels(
+    df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None, notes: list, elementwise=None
+) -> tuple[dict, dict | None]:
+    """(kernel entries fitted, peaked or derived on this GPU, the measured launch entry or None).
+    `elementwise`: the parent's entry (the stand-in input quant of linear-op GEMM rows, fit.act_quant)."""
+    kernels: dict = fit_table_families(df, peaks, gpu, folds, notes, elementwise)  # waves_v1 / stream_v1
     kernels.update(fit_attention_families(df, peaks, gpu, notes))  # attention tables: mla_v2
     for fam in ("gemm", "grouped_gemm", "mla_decode"):
         if fam in kernels:

@@ -176,7 +176,8 @@ def build_profile(
 ) -> dict:
     parents = parents or []
     notes: list[str] = []
-    kernels, launch = fit_kernels(df, peaks, gpu, folds, notes)
+    # the elementwise entry the step prices an engine's quant op with when it has no quant fit (fit.act_quant)
+    kernels, launch = fit_kernels(df, peaks, gpu, folds, notes, _parent_entry(parents, "kernels", "elementwise"))
     for e in kernels.values():  # fitted on measured call times: alpha holds the launch gap (reader.launch_for)
         if e.get("model") in S.CALL_TIME_MODELS:
             e["alpha_includes_launch"] = True

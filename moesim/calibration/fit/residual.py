@@ -33,6 +33,12 @@ from scipy.spatial import cKDTree
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile.schema import round_sig as _r
 
+# a fit whose rows hold a known time outside the kernel (data.known: the input quant of a linear op,
+# moesim.calibration.fit.act_quant) stores the residual of the kernel part, (t - known) / (T - known),
+# and predicts known + (T - known) R; the kernel part is floored at this share of the measured time
+# (where the known model exceeds a row's measurement the kernel is not free)
+KERNEL_PART_FLOOR = 0.05
+
 AXES = {  # shape columns the residual is interpolated over (log space), per family
     "gemm": ("m", "n", "k"),
     "moe": ("tokens", "hidden", "n", "experts", "topk", "ep", "tp"),
@@ -94,6 +100,23 @@ def tree_nearest(train: np.ndarray, query: np.ndarray, k: int):
     return np.asarray(idx).reshape(len(query), k), np.asarray(dist).reshape(len(query), k)
 
 
+def _known(data, idx) -> np.ndarray | float:
+    known = getattr(data, "known", None)
+    return 0.0 if known is None else known[idx]
+
+
+def log_ratio(data, pred: np.ndarray) -> np.ndarray:
+    """log(measured / modelled) of every row's kernel part (pred: data.predict over all rows)."""
+    known = _known(data, slice(None))
+    return np.log(np.maximum(data.t - known, KERNEL_PART_FLOOR * data.t) / (pred - known))
+
+
+def corrected(data, pred: np.ndarray, log_factor: np.ndarray, idx) -> np.ndarray:
+    """Rows idx predicted with their kernel part times exp(log_factor) (pred, log_factor: of rows idx)."""
+    known = _known(data, idx)
+    return known + (pred - known) * np.exp(log_factor)
+
+
 def fold_params(data, parts, x0=None) -> list:
     """The physics params of each grouped fold (fitted on the other folds)."""
     n = len(data.t)
@@ -117,15 +140,15 @@ def residual_cv(data, points: np.ndarray, parts, params) -> dict:
         if p is None or len(test) == 0:
             continue
         pred = data.predict(p, all_rows)
-        logr = np.log(data.t / pred)
+        logr = log_ratio(data, pred)
         out["physics"][test] = pred[test] / data.t[test] - 1.0
         train = np.setdiff1d(all_rows, test)
         model = RS.Residual(range(points.shape[1]), points[train], logr[train], weights=weights)
         lf = model.log_factor(points[test] / model.steps, tree_nearest)
-        out["grouped"][test] = pred[test] * np.exp(lf) / data.t[test] - 1.0
+        out["grouped"][test] = corrected(data, pred[test], lf, test) / data.t[test] - 1.0
         _, med = RS.dedup(points, logr)  # every shape's residual under this fold's physics
         lf_u = w_loso * RS.neighbour_median(med, idx, dist)  # neighbours: the OTHER shapes only
-        out["loso"][test] = pred[test] * np.exp(lf_u[inv[test]]) / data.t[test] - 1.0
+        out["loso"][test] = corrected(data, pred[test], lf_u[inv[test]], test) / data.t[test] - 1.0
     return out
 
 
@@ -148,8 +171,7 @@ def err_stats(errs: np.ndarray, size: np.ndarray, decode_max: float) -> dict:
 
 def residual_arrays(data, points: np.ndarray, p) -> tuple[np.ndarray, np.ndarray]:
     """(distinct log shapes, median log residual of each) under the all-rows physics params p."""
-    logr = np.log(data.t / data.predict(p, np.arange(len(data.t))))
-    return RS.dedup(points, logr)
+    return RS.dedup(points, log_ratio(data, data.predict(p, np.arange(len(data.t)))))
 
 
 def attach(entry: dict, key: str, axes, points: np.ndarray, logr: np.ndarray, weights=None) -> None:

@@ -281,9 +281,9 @@ class Profile:
             return 1.0
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
-    def gemm_includes_act_quant(self, dtype: str = "fp8_block") -> bool:
-        """The `dtype` GEMM variant was fitted on linear ops timed with their input quant (fit.gemm.act_quant_in_rows)."""
-        return bool((e := self.kernels.get("gemm")) and pick_variant(e, dtype).get("act_quant_in_rows"))
+    def gemm_act_quant(self, dtype: str = "fp8_block") -> dict | None:
+        """The input-quant model subtracted from the `dtype` GEMM variant's linear-op rows (fit.act_quant), or None."""
+        return ((e := self.kernels.get("gemm")) and pick_variant(e, dtype).get("act_quant_model")) or None
 
     def _model_sides(self, family: str, e: dict, shape: dict, peak):
         """waves_v1 / stream_v1 (compute side, memory side, alpha) of an entry (moesim.perf.profile.work.model_sides)."""

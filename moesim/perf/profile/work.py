@@ -215,25 +215,16 @@ def _moe_tile_padding(shape: dict, mg):
 
 
 def entry_keys(family: str, v: dict) -> dict:
-    """Shape keys a fitted GEMM variant adds to the priced shape (its `model_keys`: the `tiling` rule,
-    `act_quant` for rows timed with the input quant pass; moesim.calibration.fit.gemm.gemm_keys).
+    """Shape keys a fitted GEMM variant adds to the priced shape (its `model_keys`: the `tiling` rule;
+    moesim.calibration.fit.gemm.gemm_keys).
     Entries fitted before these keys existed have none and keep the model they were fitted with."""
     return dict(v.get("model_keys") or {}) if family == "gemm" else {}
-
-
-def _quant_extra(shape: dict):
-    """Bytes of the BF16 -> FP8 input quant pass where the entry's rows timed the engine's linear op
-    with it (shape act_quant: moesim.calibration.fit.gemm.act_quant_in_rows); 0 otherwise."""
-    if not shape.get("act_quant"):
-        return 0.0
-    return np.asarray(shape["m"], float) * np.asarray(shape["k"], float) * _groups(shape) * QUANT_BYTES_PER_ELEM
 
 
 def waves_parts(family: str, dtype: str, sms, shape: dict):
     """([(B_in, B_out, CTAs, BLOCK_M, BLOCK_N, k, in_bytes[, load rows]) per GEMM of the kernel],
     streamed bytes): the shape-only features of a waves_v1 entry (the fit computes them once per row).
-    tiling "deepgemm_sm90": DeepGEMM's own SM90 layout (block sizes, multicast, moesim.perf.deepgemm_layout);
-    act_quant: the input quant pass's bytes streamed before the GEMM."""
+    tiling "deepgemm_sm90": DeepGEMM's own SM90 layout (block sizes, multicast, moesim.perf.deepgemm_layout)."""
     ib = E.dtype_bytes(dtype, 1.0)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
@@ -245,11 +236,11 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         m, n, k = shape["m"], shape["n"], shape["k"]
         _, b_in, b_out = E.gemm_work(m, n, k, 1.0, ib, E.out_bytes_for(dtype))
         ctas, bm, bn, rows = sm90_fp8_layout(m, n, k, sms)
-        return [(b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib, rows)], _quant_extra(shape)
+        return [(b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib, rows)], 0.0
     else:
         _need(family, shape, ("m", "n", "k"))
         gemms = [(None, None, None, shape["m"], shape["n"], shape["k"], _groups(shape))]
-        extra, pad = _quant_extra(shape), shape.get("tile_pad")
+        extra, pad = 0.0, shape.get("tile_pad")
     parts = []
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
