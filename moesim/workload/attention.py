@@ -13,7 +13,7 @@ import numpy as np
 
 from moesim.enums import OpKind, Tag
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, matmul_work, quant_pass
+from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, linear_kw, matmul_work, quant_pass
 
 CORE_TAGS = frozenset({Tag.CORE})
 
@@ -192,7 +192,7 @@ def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
     lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
     core = core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill)
     if prefill:
-        kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
+        kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, **linear_kw(p), stage=1)
         ops = [*_in_quant("kv_b_quant", t, lat, ab, blk), kv_b, core]
     else:
         # FP8 absorb BMMs quantise their BF16 inputs (q_nope, the attention output) in their own pass
@@ -233,7 +233,7 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
     """t: tokens per GPU's DP group per micro-batch; b_req: requests (decode) or sequences (prefill).
     chunk: (tokens, sequences, prompt length) of prefill fused into a decode pass, or None."""
     a, d, p = model.attention, model.hidden_size, model.precision
-    wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
+    ab, blk = p.activation_dtype.bytes, p.weight_block
     h = a.num_heads / tp
     t_all = t if chunk is None else t + chunk[0]  # tokens through the shared projections
     form = _form_ops(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill, chunk=chunk)
@@ -244,28 +244,26 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         if a.q_lora_rank:
             # fused q_a + kv_a down projection (Perplexity: qkv_a_proj), replicated across TP
             ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)
-            ops.append(
-                gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1)
-            )
+            ops.append(gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, **linear_kw(p), stage=1))
             ops.append(elementwise("qkv_a_norm", t_all * (a.q_lora_rank + lat) * 2.0 * 2.0, stage=1))
             ops += _in_quant("q_b_quant", t_all, a.q_lora_rank, ab, blk)
-            ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+            ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, **linear_kw(p), stage=1))
         else:
             ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)  # one pass: kv_a_proj and q_proj share the input
-            ops.append(gemm("kv_a_proj", t_all, lat + rope, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+            ops.append(gemm("kv_a_proj", t_all, lat + rope, d, **linear_kw(p), stage=1))
             ops.append(elementwise("kv_a_norm", t_all * lat * 2.0 * 2.0, stage=1))
-            ops.append(gemm("q_proj", t_all, h * qd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+            ops.append(gemm("q_proj", t_all, h * qd, d, **linear_kw(p), stage=1))
         ops += form
         width = h * vd
     else:
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
         ops += _in_quant("qkv_quant", t_all, d, ab, blk)
-        ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, w_bytes=wb, a_bytes=ab, block=blk, stage=1))
+        ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, **linear_kw(p), stage=1))
         ops += form
         width = h * hd
     ops += _o_proj_quant(t_all, width, ab, blk)
-    ops.append(gemm("o_proj", t_all, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=2))
+    ops.append(gemm("o_proj", t_all, d, width, **linear_kw(p), stage=2))
     ops.append(allreduce("attn_tp_allreduce", t_all, d, tp, 2))
     ops.append(elementwise("ffn_norm", t_all * d * 2.0 * 2.0, stage=2))
     return ops

@@ -19,6 +19,7 @@ from moesim.workload.ops import (
     elementwise,
     gemm,
     grouped_gemm,
+    linear_kw,
     permute_bytes,
     quant_pass,
 )
@@ -45,14 +46,14 @@ def _act(name, m, width, stage, tags=frozenset(), out_bytes=1.0):
 
 def dense_ffn_ops(model: ModelSpec, *, t, tp) -> list[OpWork]:
     f, d, p = model.dense_ffn, model.hidden_size, model.precision
-    wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
+    ab, blk = p.activation_dtype.bytes, p.weight_block
     width = f.intermediate_size / tp
     ops = [
         quant_pass("mlp_quant", t, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),  # normed BF16 -> FP8
-        gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
+        gemm("mlp_gate_up", t, (2 if f.gated else 1) * width, d, **linear_kw(p), stage=3),
         _act("mlp_act", t, width, 3, out_bytes=2.0),
         quant_pass("mlp_down_quant", t, width, a_bytes=ab, block=blk, stage=4, tags={Tag.ACT_QUANT}),
-        gemm("mlp_down", t, d, width, w_bytes=wb, a_bytes=ab, block=blk, stage=4),
+        gemm("mlp_down", t, d, width, **linear_kw(p), stage=4),
         allreduce("mlp_tp_allreduce", t, d, tp, 4),
     ]
     return ops
@@ -155,7 +156,7 @@ def moe_ops(
     comm_sms=None,
 ) -> list[OpWork]:
     m, d, p = model.moe, model.hidden_size, model.precision
-    wb, ab, blk = p.weight_dtype.bytes, p.activation_dtype.bytes, p.weight_block
+    ab, blk = p.activation_dtype.bytes, p.weight_block
     k = m.top_k
     ops = [
         gemm("router", t, m.num_experts, d, w_bytes=2.0, a_bytes=2.0, out_bytes=4.0, dtype=Dtype.BF16, block=0, stage=2)
@@ -186,10 +187,10 @@ def moe_ops(
         ws = m.shared_width / moe_tp
         ops += [
             quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
-            gemm("shared_gate_up", ms, 2 * ws, d, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
+            gemm("shared_gate_up", ms, 2 * ws, d, **linear_kw(p), stage=3),
             _act("shared_act", ms, ws, 3, out_bytes=2.0),
             quant_pass("shared_down_quant", ms, ws, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
-            gemm("shared_down", ms, d, ws, w_bytes=wb, a_bytes=ab, block=blk, stage=3),
+            gemm("shared_down", ms, d, ws, **linear_kw(p), stage=3),
         ]
     # --- routed experts (stage 4): grouped GEMM over the slots on this rank
     spr = slots / ep

@@ -93,6 +93,17 @@ def _matmul_op(name, kind, dtype, stage, rows, n, k, *, m=None, present=1.0, tag
     )
 
 
+def linear_kw(precision) -> dict:
+    """gemm() keywords of a model's linear projection: its weight dtype (the kernel and peak it runs
+    at: BF16 models run BF16 GEMMs), weight and activation bytes and the weight-scale block."""
+    return {
+        "w_bytes": precision.weight_dtype.bytes,
+        "a_bytes": precision.activation_dtype.bytes,
+        "dtype": precision.weight_dtype,
+        "block": precision.weight_block,
+    }
+
+
 def gemm(
     name,
     m,

@@ -126,3 +126,18 @@ def test_op_tags(v3):
     assert named(Tag.EXPERTS_DOWN) == ["experts_down", "mtp_experts_down"]
     pre = build(m, h, _grid(batch=8192, mtp=0), Phase.PREFILL, "deepep-normal")
     assert [o.name for o in pre.moe_layer if Tag.CORE in o.tags] == ["attn_core"]
+
+
+@pytest.mark.parametrize(
+    ("model", "dtype"), [("qwen3-30b-a3b", "bf16"), ("deepseek-v3", "fp8"), ("llama-3-1-70b", "bf16")]
+)
+def test_linear_projections_run_in_the_models_weight_dtype(model, dtype):
+    # a BF16 model's projections are BF16 GEMMs (its peak, its kernel variant), not FP8 ones; the
+    # router stays BF16 in every model
+    m = load_model(model)
+    wl = build(m, load_hardware("h200"), _grid(), Phase.DECODE, "deepep-ll")
+    gemms = [o for o in wl.dense_layer + wl.moe_layer if o.kind.value in ("gemm", "grouped_gemm", "bmm")]
+    assert gemms
+    for o in gemms:
+        want = "bf16" if o.name == "router" else dtype
+        assert str(getattr(o.dtype, "value", o.dtype)) == want, (o.name, o.dtype)
