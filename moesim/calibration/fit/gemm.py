@@ -103,7 +103,8 @@ def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
     keys = {}
     if family != "gemm" or not len(d):
         return keys
-    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and d.backend.str.lower().str.contains("deepgemm").all():
+    deepgemm = "backend" in d and d["backend"].astype(str).str.lower().str.contains("deepgemm").all()
+    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and deepgemm:
         keys["tiling"] = DEEPGEMM_SM90
     return keys
 
