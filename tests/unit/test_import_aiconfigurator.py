@@ -262,3 +262,32 @@ def test_host_bound_gemm_groups_are_excluded_with_the_reason():
     bad = df.exclude != ""
     assert set(df[bad].backend) == {"eager_fp8"} and bad.sum() == 4
     assert "host-bound" in df[bad].exclude.iloc[0] and "60 us" in df[bad].exclude.iloc[0]
+
+
+def test_host_bound_deepep_ll_groups_are_excluded_normal_mode_kept():
+    """A DeepEP table whose LL phase takes > 40 us at <= 8 tokens per rank timed the host (vLLM's eager
+    prepare / finalize: 50-92 us where SGLang's tables time the same kernels at 10-20 us); only that
+    (backend, LL op) group is excluded: the kernel-level LL rows and normal mode are kept."""
+    import pandas as pd
+
+    from moesim.calibration.importers.aiconfigurator_tables import mark_host_bound_ll
+    from moesim.calibration.records import COLUMNS
+
+    rows = []
+    for backend, mode, op, floor in (
+        ("vllm_a2a", "ll", "combine", 60e-6),
+        ("vllm_a2a", "ll", "dispatch", 12e-6),
+        ("vllm_a2a", "normal", "dispatch", 250e-6),
+        ("deepep", "ll", "combine", 11e-6),
+    ):
+        for t in (1, 4, 8, 128):
+            rows.append(dict(kernel="deepep", backend=backend, mode=mode, op=op, tokens=t, time_s=floor * (1 + t / 64)))
+    df = mark_host_bound_ll(pd.DataFrame(rows).reindex(columns=COLUMNS).astype(object).fillna(""))
+    bad = df.exclude != ""
+    assert (
+        set(zip(df[bad]["backend"], df[bad]["mode"], df[bad]["op"])) == {("vllm_a2a", "ll", "combine")}
+        and bad.sum() == 4
+    )
+    assert (
+        "host-bound" in df[bad].exclude.iloc[0] and "64 us" in df[bad].exclude.iloc[0]
+    )  # median of 60 x (1 + t / 64), t 1..8

@@ -252,7 +252,32 @@ def moe_a2a(df, ctx):
     cols.update(experts=d["num_experts"], ep=d["ep_size"], gpus_per_node=ctx.gpus_per_node, dtype=dt, note=note)
     out = rows(d, ctx, "deepep", time_s=seconds(d["latency"], 1e-6), **cols)
     out["sms"] = d["sms"].where(d["sms"] > 0, "").to_numpy()  # 0 = the LL kernels (no SM count chosen)
-    return out, {}
+    return mark_host_bound_ll(out), {}
+
+
+# DeepEP's low-latency kernels at <= 8 tokens per rank take 10-20 us on one node or NVLink domain
+# (the same kernels timed by SGLang's wideep_deepep_ll tables: H200 10.5-11.4 us, GB200 16 us, B200
+# 20 us). A table whose LL phase takes > 40 us there (twice the slowest of those floors; vLLM 0.24's
+# moe_a2a rows: 50-92 us, flat in tokens and hidden size) times the engine's eager prepare / finalize
+# on the host (collector/wideep/vllm/collect_moe_a2a.py: no CUDA graph), not the kernel; LL serves
+# decode under CUDA graphs, where that host time is absent. Those rows are kept, excluded, with the reason.
+HOST_FLOOR_LL_S = 40e-6
+HOST_BOUND_LL = (
+    "host-bound timing: the table's low-latency {op} takes {floor_us:.0f} us at <= 8 tokens per rank, > 40 us, "
+    "where DeepEP's LL kernel takes 10-20 us: the table timed the engine's eager op on the host, not the kernel"
+)
+
+
+def mark_host_bound_ll(out: pd.DataFrame) -> pd.DataFrame:
+    """Exclude every (backend, LL op) group of a DeepEP table whose tiny rows are host-bound (HOST_BOUND_LL)."""
+    num = {c: pd.to_numeric(out[c], errors="coerce") for c in ("tokens", "time_s")}
+    tiny = (out["mode"] == "ll") & (num["tokens"] <= 8) & (num["time_s"] > 0)
+    for (backend, op), g in out[tiny].groupby(["backend", "op"]):
+        floor = float(num["time_s"][g.index].median())
+        if floor > HOST_FLOOR_LL_S:
+            sel = (out["backend"] == backend) & (out["mode"] == "ll") & (out["op"] == op) & (out["exclude"] == "")
+            out.loc[sel, "exclude"] = HOST_BOUND_LL.format(op=op, floor_us=floor * 1e6)
+    return out
 
 
 def nccl(df, ctx):
