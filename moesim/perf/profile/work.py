@@ -306,7 +306,7 @@ def model_sides(model: str, family: str, dtype: str, sms, peak, bw, p: dict, sha
         alpha = np.minimum(t, float(p["alpha_us"]) * 1e-6)
         return alpha, t, alpha
     if family == "moe":  # the entry's passes beyond the GEMMs (fit.moe_tables), unless the shape sets them
-        shape = {**{k: p[k] for k in PASS_KEYS if p.get(k) is not None}, **shape}
+        shape = {**shape, **{k: p[k] for k in PASS_KEYS if p.get(k) is not None and shape.get(k) is None}}
     return parts_sides(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
 
 
