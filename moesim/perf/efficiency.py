@@ -101,10 +101,11 @@ def gemm_block_m(m):
 BLOCK_N_CHOICES = np.array(list(range(16, 129, 8)) + [144, 160, 192, 224, 256], float)
 
 
-def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max: float = 160.0):
+def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max: float = 160.0, bm_min: float = 64.0):
     """(CTAs, BLOCK_M, BLOCK_N) of `groups` GEMMs [m, k] x [k, n] under the DeepGEMM heuristic,
     vectorized (distinct (m, n, groups, pad) only). tile_pad (routed groups): M tiles per group =
-    m * tile_pad / BLOCK_M (its expectation; routed_tile_padding uses the same BLOCK_M)."""
+    m * tile_pad / BLOCK_M (its expectation; routed_tile_padding uses the same BLOCK_M). bm_min: a
+    kernel whose layout fixes BLOCK_M (DeepGEMM m-grouped contiguous: 128) gets no smaller tile."""
     m, n, g, pad = np.broadcast_arrays(
         np.maximum(np.asarray(m, float), 1.0 if tile_pad is None else 0.0),  # routed: a mean below 1 row
         np.maximum(np.asarray(n, float), 1.0),
@@ -116,7 +117,7 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     um, un, ug, up = (u[:, i : i + 1] for i in range(4))
     bns = BLOCK_N_CHOICES[BLOCK_N_CHOICES <= bn_max][None, :]
     best = None
-    for bm in [b for b in (64.0, 128.0, 256.0) if b <= bm_max]:
+    for bm in [b for b in (64.0, 128.0, 256.0) if bm_min <= b <= bm_max]:
         tiles_m = np.where(up == 1.0, np.ceil(np.maximum(um, 1.0) / bm), um * up / bm)
         ctas = ug * tiles_m * np.ceil(un / bns)
         waves = np.ceil(ctas / sms)

@@ -56,6 +56,8 @@ WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
 WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
 WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0])
+# rows timed with the call's host time (fit.moe_tables.HOST_TIMED): one more param, max(host, GPU)
+HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
 
 
 def _shape_of(d: pd.DataFrame, family: str) -> dict:
@@ -121,6 +123,7 @@ class WavesData:
         self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
         self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
+        self.names = WAVES_NAMES + ((HOST_NAME,) if family == "moe" and MT.host_timed(d) else ())
 
     def predict(self, p, idx):
         parts = [
@@ -129,7 +132,7 @@ class WavesData:
             + tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[7:])
             for part in self.parts
         ]
-        t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(WAVES_NAMES, p)))
+        t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(self.names, p)))
         return t + self.known[idx]
 
     def fit(self, idx, x0=None):
@@ -140,10 +143,12 @@ class WavesData:
         def res(p):
             return np.log(self.predict(p, idx) / self.t[idx])
 
-        starts = [list(s) for s in WAVES_STARTS] if x0 is None else [x0]
+        host = len(self.names) > len(WAVES_NAMES)
+        starts = [list(s) + [HOST_START] * host for s in WAVES_STARTS] if x0 is None else [x0]
         for s in starts if x0 is None else []:
             s[2] = min(s[2], float(np.min(self.t[idx] - self.known[idx])) * 1e6 * 0.8)
-        return lsq(res, starts, WAVES_LO, WAVES_HI)
+        lo, hi = np.append(WAVES_LO, [HOST_LO] * host), np.append(WAVES_HI, [HOST_HI] * host)
+        return lsq(res, starts, lo, hi)
 
 
 def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:
@@ -230,9 +235,9 @@ def fit_waves(
     ids = shape_ids(data.d, family)
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
-    params = {n: _r(v, 5) for n, v in zip(WAVES_NAMES, p)}
-    if family == "moe" and backend in MT.TOKEN_BYTES:  # priced the same way by the reader (work.model_time)
-        params["token_bytes"] = MT.TOKEN_BYTES[backend]
+    params = {n: _r(v, 5) for n, v in zip(data.names, p)}
+    if family == "moe":  # the passes beyond the GEMMs, priced the same way by the reader (work.model_time)
+        params.update(MT.pass_keys(data.d))
     e = _entry(data, gpu, backend, S.WAVES, params, cv)
     if linear_op:
         e["act_quant_in_rows"] = True

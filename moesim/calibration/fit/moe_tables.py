@@ -20,6 +20,9 @@ and dominated (rows dropped, with a note).
   model prices the kernel's cost, not a mis-tuned run.
 * n_group / topk_group: rows whose collector routes through the model's group-limited router
   (moesim.perf.profile.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
+* DeepEP normal's contiguous layout (SGLang DeepEPMoE, moe_runner/deep_gemm.py: ep_scatter, DeepGEMM
+  m-grouped contiguous up GEMM, silu_and_mul, per-token-group FP8 quant, contiguous down GEMM,
+  ep_gather): CONTIGUOUS_PASSES, the packed routing and the host floor (HOST_TIMED), below.
 """
 
 from __future__ import annotations
@@ -66,12 +69,52 @@ GROUPED_ROUTER = frozenset(
 GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
 
 
+# SGLang's DeepEP-normal contiguous MoE (moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm,
+# _run_contiguous_gemm, post_permute_deep_gemm_to_deepep_normal; ep_moe/kernels.py ep_scatter /
+# ep_gather), per received token (token_bytes, per hidden element): ep_scatter loads every token's FP8
+# row before testing its picks (1), ep_gather writes every token's BF16 output row (2); per pair
+# (pair_bytes, per hidden element): ep_scatter writes the pair's FP8 row (1), ep_gather reads its BF16
+# down output (2); per pair and intermediate element (act_bytes): silu_and_mul reads 2 x BF16 and writes
+# BF16 (4 + 2), sglang_per_token_group_quant_fp8 reads it and writes FP8 (2 + 1). FP8 scales (1/128) left out.
+CONTIGUOUS_PASSES = {"token_bytes": 3.0, "pair_bytes": 3.0, "act_bytes": 9.0}
+PASSES = {("deepepmoe", "contiguous"): CONTIGUOUS_PASSES}
+# aiconfigurator's wideep context-MoE collector (collector/sglang/collect_wideep_deepep_moe.py) passes
+# unaligned even counts (routing "packed", moesim.perf.profile.work.packed_touched) and times
+# run_moe_core between a CUDA event recorded after a synchronize and one recorded after the next
+# synchronize, under torch.profiler(with_stack=True): the host-side time of the call (Python, launches,
+# the profiler's op records) is in the row and the GPU work overlaps it, t = max(host, GPU): a fitted
+# host_us (the flat ~380 us floor of the H200 table up to ~512 tokens per rank at every EP)
+HOST_TIMED = frozenset({("deepepmoe", "contiguous")})
+
+
+def _group(d: pd.DataFrame) -> tuple:
+    """(backend, layout) of rows `d` when they are one group, else ()."""
+    if not len(d):
+        return ()
+    lay = set(d["layout"].fillna("fused")) if "layout" in d else {"fused"}
+    backends = set(d.backend)
+    return (next(iter(backends)), next(iter(lay))) if len(backends) == 1 and len(lay) == 1 else ()
+
+
+def pass_keys(d: pd.DataFrame) -> dict:
+    """Byte keys of the passes beyond the GEMMs of rows `d` (one group): PASSES, else TOKEN_BYTES."""
+    g = _group(d)
+    if g in PASSES:
+        return dict(PASSES[g])
+    return {"token_bytes": TOKEN_BYTES[g[0]]} if g and g[0] in TOKEN_BYTES else {}
+
+
+def host_timed(d: pd.DataFrame) -> bool:
+    """True when rows `d` (one group) were timed with the call's host time in them (HOST_TIMED)."""
+    return _group(d) in HOST_TIMED
+
+
 def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
-    """Extra moe shape keys of rows `d` (one backend): token_bytes, n_group / topk_group."""
+    """Extra moe shape keys of rows `d` (one backend): pass bytes, routing, n_group / topk_group."""
     backends = set(d.backend) if len(d) else set()
-    out = {}
-    if len(backends) == 1 and next(iter(backends)) in TOKEN_BYTES:
-        out["token_bytes"] = TOKEN_BYTES[next(iter(backends))]
+    out = pass_keys(d)
+    if host_timed(d):
+        out["routing"] = "packed"
     if backends and backends <= GROUPED_ROUTER:
         out.update(router_groups(shape))
     return out

@@ -119,6 +119,12 @@ PARAMS = {
         # moe: bytes per token and hidden element of passes over every token (fixed per backend, not
         # fitted: moesim.calibration.fit.moe_tables.TOKEN_BYTES; moesim.perf.profile.work.token_pass_bytes)
         "token_bytes": Num(0.0, 1e3, optional=True),
+        # moe: bytes per pair and hidden element (a contiguous layout's permute / unpermute) and per pair
+        # and intermediate element (the activation passes); fixed per backend (fit.moe_tables.PASSES)
+        "pair_bytes": Num(0.0, 1e3, optional=True),
+        "act_bytes": Num(0.0, 1e3, optional=True),
+        # a host-side time the GPU work overlaps, max(host, GPU) (fit.moe_tables.HOST_TIMED)
+        "host_us": US._replace(optional=True),
     },
     STREAM: {"alpha_us": US, "eta_m": ETA},
     ALPHA_BETA: {

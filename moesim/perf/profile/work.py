@@ -21,6 +21,11 @@ DEEPGEMM_SM90 = "deepgemm_sm90"  # an entry's `tiling`: moesim.perf.deepgemm_lay
 BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
+# DeepGEMM's m-grouped contiguous GEMM: BLOCK_M = the contiguous layout's M alignment, 128 on SM90
+# (deep_gemm get_mk_alignment_for_contiguous_layout); an M block runs the expert of its first row
+CONTIG_BLOCK_M = 128.0
+# per-backend byte keys of a moe entry's passes beyond its GEMMs (fit.moe_tables sets them; params carry them)
+PASS_KEYS = ("token_bytes", "pair_bytes", "act_bytes")
 # quant ops other than the quant pass itself (aiconfigurator computescale_perf: a dynamic quant's
 # time minus the static quant's, collector/<engine>/collect_computescale.py): the scale computation
 # is an extra amax pass that reads the BF16 input once and writes nothing of size
@@ -83,7 +88,8 @@ def moe_rows(shape: dict):
     balanced / uniform rows, whose times step with min(E_local, pairs), not with the random
     expectation) min(E_local, pairs), or, on rows with n_group > 1, the rank-0 loads of a
     group-limited router on the collector's logits (grouped_router); routing = "rank0_clamped":
-    the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows)."""
+    the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows); routing = "packed":
+    even counts packed without per-expert alignment (packed_touched)."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
@@ -92,6 +98,8 @@ def moe_rows(shape: dict):
     pairs = tokens * topk / ep
     if shape.get("routing") == "rank0_clamped":
         pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
+    elif shape.get("routing") == "packed":
+        touched = packed_touched(pairs, local)
     elif shape.get("routing") in BALANCED_LOCAL:
         touched = np.minimum(local, np.maximum(pairs, 1.0))
         if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
@@ -100,6 +108,17 @@ def moe_rows(shape: dict):
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
+
+
+def packed_touched(pairs, local):
+    """Experts whose weights a contiguous grouped GEMM reads when the local experts' even counts are
+    packed back to back WITHOUT the per-expert 128-row alignment DeepEP's dispatch gives
+    (aiconfigurator collector/sglang/collect_wideep_deepep_moe.py passes num_recv = [T topk / E] per
+    local expert; SGLang's ep_scatter (ep_moe/kernels.py _fwd_kernel_ep_scatter_1) starts each expert
+    at the plain cumsum): every M block of CONTIG_BLOCK_M rows runs the expert of its first row
+    (DeepGEMM's grouped_layout lookup), so min(local, ceil(pairs / BLOCK_M)) experts are touched."""
+    blocks = np.ceil(np.asarray(pairs, float) / CONTIG_BLOCK_M - 1e-9)
+    return np.minimum(np.asarray(local, float), np.maximum(blocks, 1.0))
 
 
 def _grouped(shape: dict):
@@ -175,7 +194,9 @@ def moe_parts(dtype: str, shape: dict):
     for n, k in ((2.0 * inter, hidden), (hidden, inter)):
         F, b_in, b_out = E.gemm_work(mg, n, k, touched, ib, 2.0)
         parts.append((F, b_in, b_out, mg, n, k, touched))
-    act = pairs * inter * (ACT_READ_BYTES + ib) + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    act_b = np.asarray(_opt(shape, "act_bytes", ACT_READ_BYTES + ib), float)
+    act = pairs * inter * act_b + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    act = act + pairs * hidden * np.asarray(_opt(shape, "pair_bytes", 0.0), float)
     return parts, act + token_pass_bytes(shape, hidden)
 
 
@@ -208,6 +229,9 @@ def _moe_tile_padding(shape: dict, mg):
             return None
         bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
         return _grouped_fill(shape, np.ones(np.shape(mg)), lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
+    if routing == "packed":  # whole blocks of packed rows: ceil(pairs / BLOCK_M) tiles in all
+        pairs = np.maximum(mg * moe_rows(shape)[1], 1e-9)
+        return np.ceil(pairs / CONTIG_BLOCK_M - 1e-9) * CONTIG_BLOCK_M / pairs
     if routing == "rank0_clamped":
         args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
         return rank0_tile_padding(*args, E.gemm_block_m(mg))
@@ -231,6 +255,7 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
         # rank0_clamped: exact tiles of the cold experts and the hot expert 0
         pad = _moe_tile_padding(shape, gemms[0][3])
+        bm_min = CONTIG_BLOCK_M if shape.get("routing") == "packed" else 64.0
     elif shape.get("tiling") == DEEPGEMM_SM90 and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's SM90 layout
         _need(family, shape, ("m", "n", "k"))
         m, n, k = shape["m"], shape["n"], shape["k"]
@@ -240,11 +265,11 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     else:
         _need(family, shape, ("m", "n", "k"))
         gemms = [(None, None, None, shape["m"], shape["n"], shape["k"], _groups(shape))]
-        extra, pad = 0.0, shape.get("tile_pad")
+        extra, pad, bm_min = 0.0, shape.get("tile_pad"), 64.0
     parts = []
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
-        ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad)
+        ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad, bm_min=bm_min)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
     return parts, extra
 
@@ -258,12 +283,15 @@ def parts_sides(parts, extra, sms, peak, bw, p: dict):
     """(compute side, memory side, alpha) of parts_time, whose max of the sides is parts_time: one GEMM's sides
     (efficiency.waves_sides) plus alpha and the streamed bytes. A kernel of several GEMMs (the fused
     MoE's up and down) can have each bound by another side, so its time is no max of two sums:
-    both sides are then the whole time (exact and monotone; such an op's bound is its work's)."""
+    both sides are then the whole time (exact and monotone; such an op's bound is its work's).
+    host_us (optional): a host-side time the GPU work overlaps, each side at least that (a call
+    timed by host events around a synchronize, fit.moe_tables.HOST_TIMED): max(host, GPU time)."""
     p0 = {**p, "alpha_us": 0.0}
     sides = [E.waves_sides(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in parts]
     c, m = sides[0][:2] if len(sides) == 1 else (sum(np.maximum(*s[:2]) for s in sides),) * 2
     alpha, t_x = float(p["alpha_us"]) * 1e-6, np.asarray(extra, float) / (bw * float(p["eta_m"]))
-    return alpha + c + t_x, alpha + m + t_x, alpha
+    host = float(p.get("host_us") or 0.0) * 1e-6
+    return np.maximum(alpha + c + t_x, host), np.maximum(alpha + m + t_x, host), alpha
 
 
 def model_time(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
@@ -277,8 +305,8 @@ def model_sides(model: str, family: str, dtype: str, sms, peak, bw, p: dict, sha
         t = E.stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
         alpha = np.minimum(t, float(p["alpha_us"]) * 1e-6)
         return alpha, t, alpha
-    if family == "moe" and p.get("token_bytes") is not None and shape.get("token_bytes") is None:
-        shape = {**shape, "token_bytes": p["token_bytes"]}  # the entry's per-token passes (fit.moe_tables)
+    if family == "moe":  # the entry's passes beyond the GEMMs (fit.moe_tables), unless the shape sets them
+        shape = {**shape, **{k: p[k] for k in PASS_KEYS if p.get(k) is not None and shape.get(k) is None}}
     return parts_sides(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
 
 
