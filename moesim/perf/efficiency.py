@@ -62,17 +62,19 @@ def out_bytes_for(dtype) -> float:
 
 
 # ---------------------------------------------------------------------------- work of a kernel
-def gemm_work(m, n, k, groups=1.0, in_bytes=1.0, out_bytes=2.0):
+def gemm_work(m, n, k, groups=1.0, in_bytes=1.0, out_bytes=2.0, weights=None):
     """(F, B_in, B_out) of `groups` GEMMs [m, k] x [k, n] (grouped GEMM: m tokens per group).
 
     The workload's GEMM work (moesim.workload.ops.matmul_work) in the DeepGEMM README's byte
     convention (verified against its TFLOPS/GB/s pairs): inputs m*k + n*k per group at
-    `in_bytes`, output m*n at `out_bytes`; FP8 scales are not counted (block = 0).
+    `in_bytes`, output m*n at `out_bytes`; FP8 scales are not counted (block = 0). weights: the
+    weight matrices read (default: groups; routed groups: only those with >= 1 row, as the op's).
     """
     g = np.asarray(groups, float)
     rows = g * np.asarray(m, float)
+    w = g if weights is None else np.asarray(weights, float)
     flops, b_w, b_a, b_out = matmul_work(
-        rows, n, k, weights=g, w_bytes=in_bytes, a_bytes=in_bytes, out_bytes=out_bytes, block=0
+        rows, n, k, weights=w, w_bytes=in_bytes, a_bytes=in_bytes, out_bytes=out_bytes, block=0
     )
     return flops, b_a + b_w, b_out
 

@@ -146,7 +146,12 @@ def grouped_gemm(
     groups = np.asarray(groups, float)
     work = {"weights": active, "w_bytes": w_bytes, "a_bytes": a_bytes, "out_bytes": 2.0, "block": block}
     per_group = rows / np.maximum(groups, 1e-9)
-    more = {"groups": groups * np.ones_like(rows), "layout": layout}
+    # active: the kernel reads only these groups' weights (moesim.perf.profile.work._weights)
+    more = {
+        "groups": groups * np.ones_like(rows),
+        "active": np.asarray(active, float) * np.ones_like(rows),
+        "layout": layout,
+    }
     return _matmul_op(name, OpKind.GROUPED_GEMM, dtype, stage, rows, n, k, m=per_group, tags=tags, more=more, **work)
 
 

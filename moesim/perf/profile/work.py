@@ -50,15 +50,23 @@ def _groups(shape: dict):
     return 1.0 if g is None else g
 
 
+def _weights(shape: dict):
+    """Weight matrices a GEMM reads: `active` (routed groups with >= 1 row: the workload's
+    expected_active_slots, moesim.workload.ops.grouped_gemm; a masked / contiguous grouped GEMM
+    runs no tile of an empty group, so never loads its weights), else every group (None)."""
+    a = shape.get("active")
+    return None if a is None else np.minimum(np.asarray(a, float), np.asarray(_groups(shape), float))
+
+
 def kernel_work(family: str, dtype: str, sms, shape: dict):
     """(F, B_in, B_out, CTAs per SM) of `family` (GEMMs: m, n, k, groups (or batch; 1 by default),
-    tile_pad; MLA decode: batch, q_len, heads, context; moe: tokens, hidden, n, experts, topk, ep,
+    tile_pad, active; MLA decode: batch, q_len, heads, context; moe: tokens, hidden, n, experts, topk, ep,
     tp, layout; quant: m, k, op (the quant pass by default)) in `dtype` (a lower-case name)."""
     if family in GEMM_FAMILIES:
         _need(family, shape, ("m", "n", "k"))
         g = _groups(shape)
         F, b_in, b_out = E.gemm_work(
-            shape["m"], shape["n"], shape["k"], g, E.dtype_bytes(dtype), E.out_bytes_for(dtype)
+            shape["m"], shape["n"], shape["k"], g, E.dtype_bytes(dtype), E.out_bytes_for(dtype), _weights(shape)
         )
         x = E.gemm_ctas_per_sm(shape["m"], shape["n"], g, sms, shape.get("tile_pad"))
         return F, b_in, b_out, x
@@ -267,8 +275,9 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         gemms = [(None, None, None, shape["m"], shape["n"], shape["k"], _groups(shape))]
         extra, pad, bm_min = 0.0, shape.get("tile_pad"), 64.0
     parts = []
+    w = None if family == "moe" else _weights(shape)  # moe_parts' groups are already the touched experts
     for _, _, _, m, n, k, g in gemms:
-        _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
+        _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype), w)
         ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad, bm_min=bm_min)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
     return parts, extra
