@@ -116,3 +116,16 @@ def test_fit_writes_model_keys_and_the_reader_prices_with_them():
     prof = Profile(S.fill_sections(data))
     t = prof.kernel_time("gemm", m=g[0], n=g[1], k=g[2], dtype="fp8_block")
     assert np.allclose(t, d.time_s.values, rtol=0.01)
+
+
+def test_remembered_layouts_equal_fresh_ones():
+    from moesim.perf import deepgemm_layout as D
+
+    m = np.array([1.0, 17.0, 129.0, 1537.0, 2561.0, 4097.0])
+    n, k = np.full_like(m, 1536.0), np.array([7168.0, 512.0, 5120.0, 2048.0, 6144.0, 16384.0])
+    D._MEMO.clear()
+    fresh = D.sm90_fp8_layout(m, n, k, 132)
+    again = D.sm90_fp8_layout(m[::-1], n, k[::-1], 132)  # every shape remembered, other order
+    other_gpu = D.sm90_fp8_layout(m, n, k, 114)  # the SM count is part of the key
+    assert all(np.array_equal(a[::-1], b) for a, b in zip(fresh, again))
+    assert not np.array_equal(fresh[0], other_gpu[0]) or not np.array_equal(fresh[2], other_gpu[2])
