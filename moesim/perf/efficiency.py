@@ -265,10 +265,6 @@ def mla_ctas_per_sm(batch, q_len, heads, context, sms):
 
 
 # ---------------------------------------------------------------------------- time models
-def roofline_time(flops, b_in, b_out, peak, bw):
-    return np.maximum(np.asarray(flops, float) / peak, (np.asarray(b_in, float) + b_out) / bw)
-
-
 def smax(a, b, q=np.inf):
     """(a^q + b^q)^(1/q) for a, b >= 0; q = inf -> max(a, b), q = 1 -> a + b."""
     if not np.isfinite(q):

@@ -130,10 +130,6 @@ def _starts(unit: float, host_us: float, knots: int) -> list[list[float]]:
     return out
 
 
-def params_dict(p) -> dict:
-    return dict(zip(NAMES, (float(v) for v in p)))
-
-
 def shape_cv(rows: DeepEPRows) -> np.ndarray:
     """Leave-one-shape-out relative errors (held-out prediction / measured - 1) per row."""
     errs = np.full(len(rows.t), np.nan)
