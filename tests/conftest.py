@@ -1,5 +1,6 @@
 import contextlib
 import io
+import os
 import subprocess
 import sys
 import traceback
@@ -57,3 +58,22 @@ def run_cli_subprocess(*args, check=False, timeout=120) -> subprocess.CompletedP
     if check and p.returncode != 0:
         raise AssertionError(p.stderr)
     return p
+
+
+def unwritable_out(tmp_path: Path, name: str, kind: str) -> tuple[Path, str]:
+    """An output path the safe writer must refuse, and the reason its one-line error names: a
+    directory, a fifo, a character device, a path in a missing folder, or a symlink to a directory."""
+    out = tmp_path / name
+    if kind == "dir":
+        out.mkdir()
+        return out, "is a directory"
+    if kind == "fifo":
+        os.mkfifo(out)
+        return out, "fifo"
+    if kind == "device":
+        return Path("/dev/null"), "character device"
+    if kind == "missing-folder":
+        return tmp_path / "no" / name, "does not exist"
+    (tmp_path / "d").mkdir()
+    out.symlink_to(tmp_path / "d")
+    return out, "is a directory"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from moesim.fsio import OutputError, atomic_write_bytes, atomic_write_via, file_mode
+from tests.conftest import unwritable_out
 
 
 def test_written_file_has_the_umask_mode_not_mkstemps_0600(tmp_path):
@@ -61,20 +62,7 @@ def test_a_dangling_symlink_creates_its_target(tmp_path):
 
 @pytest.mark.parametrize("kind", ["dir", "fifo", "device", "link-to-dir"])
 def test_only_regular_files_are_replaced(tmp_path, kind):
-    p = tmp_path / "out.csv"
-    if kind == "dir":
-        p.mkdir()
-        want = "is a directory"
-    elif kind == "fifo":
-        os.mkfifo(p)
-        want = "fifo"
-    elif kind == "device":
-        p = Path("/dev/null")
-        want = "character device"
-    else:
-        (tmp_path / "d").mkdir()
-        p.symlink_to(tmp_path / "d")
-        want = "is a directory"
+    p, want = unwritable_out(tmp_path, "out.csv", kind)
     before = _names(tmp_path)
     with pytest.raises(OutputError, match=want) as e:
         atomic_write_bytes(p, b"x")

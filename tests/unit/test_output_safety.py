@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from moesim.cli.app import main
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, unwritable_out
 
 FAST_ROOF = ("--no-calibration", "--ep", "8", "--dp", "8", "--batch", "16")
 ONE_CASE = ("--case", "seed002-decode-roofline")
@@ -61,20 +61,7 @@ def test_validate_out_is_one_file_chosen_by_its_suffix(tmp_path):
 
 @pytest.mark.parametrize("kind", ["dir", "fifo", "missing-folder", "link-to-dir"])
 def test_out_that_cannot_be_replaced_is_one_line_naming_path_and_reason(tmp_path, kind):
-    out = tmp_path / "r.json"
-    if kind == "dir":
-        out.mkdir()
-        reason = "is a directory"
-    elif kind == "fifo":
-        os.mkfifo(out)
-        reason = "fifo"
-    elif kind == "missing-folder":
-        out = tmp_path / "no" / "r.json"
-        reason = "does not exist"
-    else:
-        (tmp_path / "d").mkdir()
-        out.symlink_to(tmp_path / "d")
-        reason = "is a directory"
+    out, reason = unwritable_out(tmp_path, "r.json", kind)
     before = sorted(x.name for x in tmp_path.iterdir())
     line = _one_error_line(run_cli("estimate", "--out", out))
     assert str(out) in line and reason in line and "--out" in line
