@@ -66,53 +66,19 @@ __all__ = [
 # --------------------------------------------------------------------------- the plan
 @dataclass
 class PlanResult(HourlyPlan):
-    traffic: Traffic
-    model: str
-    hardware: str
-    cost_mode: str
-    gpus_per_node: int
-    usd_per_gpu_hour: float
-    kv_bytes_per_token: float
-    decode: DecodeCapacity
-    prefill: PrefillCapacity
-    hourly: dict  # arrays over the window's hours
-    totals: dict
-    economics: dict
-    warnings: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-    pricing: dict = field(default_factory=dict)  # engine and profile file (engine.pricing.profile_info)
+    decode: DecodeCapacity = field(kw_only=True)
+    prefill: PrefillCapacity = field(kw_only=True)
 
     def to_dict(self) -> dict:
-        d, p, t = self.decode, self.prefill, self.traffic
-        out = jsonable(self.totals)
-        out.update(jsonable(self.economics))
-        out.update(
-            {
-                "decode_tokens_per_s_per_node": d.tokens_per_s_per_node,
-                "prefill_tokens_per_s_per_node": p.tokens_per_s_per_node,
-                "decode_batch": d.batch,
-                "decode": self._decode_section(),
-                "prefill": self._prefill_section(),
-                "model": self.model,
-                "hardware": self.hardware,
-                "cost_mode": self.cost_mode,
-                **self.pricing,
-                "gpus_per_node": self.gpus_per_node,
-                "kv_bytes_per_token": self.kv_bytes_per_token,
-                "traffic": t.to_dict(),
-                "hourly": self.hourly_rows(),
-                "units": {
-                    "tokens": "tokens",
-                    "rates": "tokens/s",
-                    "money": "USD",
-                    "time": "s (hourly bins of 1 h)",
-                    "bandwidth": "B/s",
-                },
-                "warnings": list(self.warnings),
-                "notes": list(self.notes),
-            }
-        )
-        return out
+        d, p = self.decode, self.prefill
+        pools = {
+            "decode_tokens_per_s_per_node": d.tokens_per_s_per_node,
+            "prefill_tokens_per_s_per_node": p.tokens_per_s_per_node,
+            "decode_batch": d.batch,
+            "decode": self._decode_section(),
+            "prefill": self._prefill_section(),
+        }
+        return self.plan_dict(pools)
 
     def _decode_section(self) -> dict:
         d, t = self.decode, self.traffic

@@ -33,7 +33,6 @@ from moesim.grid.validity import check_grid
 from moesim.metrics.economics import day_economics
 from moesim.schedule.schemes import micro_batches
 from moesim.specs.pools import DecodePool
-from moesim.units import jsonable
 
 __all__ = ["AggregatedCapacity", "AggregatedPlan", "aggregated_capacity", "plan_aggregated"]
 
@@ -117,34 +116,14 @@ class AggregatedPlan(HourlyPlan):
     """A plan with one aggregated pool (same reading as `PlanResult`; `aggregated` replaces the
     prefill and decode pools)."""
 
-    traffic: object
-    model: str
-    hardware: str
-    cost_mode: str
-    gpus_per_node: int
-    usd_per_gpu_hour: float
-    kv_bytes_per_token: float
-    aggregated: AggregatedCapacity
-    hourly: dict
-    totals: dict
-    economics: dict
-    warnings: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-    pricing: dict = field(default_factory=dict)
+    aggregated: AggregatedCapacity = field(kw_only=True)
 
     def to_dict(self) -> dict:
         a, p = self.aggregated, self.traffic.aggregated
-        out = jsonable(self.totals) | jsonable(self.economics)
         pool = {k: getattr(p, k) for k in ("ep", "dp", "tp", "mtp", "acceptance", "max_batch", "redundant_experts")}
         section = {k: getattr(a, k) for k in a.__dataclass_fields__ if k != "sweep"}
-        out |= {"aggregated": section | pool | {"overlap": p.overlap, "batch_units": "concurrent requests per DP group"},
-                "model": self.model, "hardware": self.hardware, "cost_mode": self.cost_mode, **self.pricing,
-                "gpus_per_node": self.gpus_per_node, "kv_bytes_per_token": self.kv_bytes_per_token,
-                "traffic": self.traffic.to_dict(), "hourly": self.hourly_rows(),
-                "units": {"tokens": "tokens", "rates": "tokens/s", "money": "USD", "time": "s (hourly bins of 1 h)",
-                          "bandwidth": "B/s"},
-                "warnings": list(self.warnings), "notes": list(self.notes)}  # fmt: skip
-        return out
+        extra = {"overlap": p.overlap, "batch_units": "concurrent requests per DP group"}
+        return self.plan_dict({"aggregated": section | pool | extra})
 
 
 def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dict) -> AggregatedPlan:
@@ -172,9 +151,9 @@ def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dic
     notes = pr.notes if pr.notes is not None else []
     notes.append("one aggregated pool: prefill and decode share the GPUs (the engine's scheduler, closed loop at the "
                  "planned concurrency); cache hits skip prefill compute; no prefill->decode KV transfer")  # fmt: skip
-    return AggregatedPlan(t, m.name, h.name, cost_mode, gpn, float(price), kvb, agg, hourly, totals, econ,
+    return AggregatedPlan(t, m.name, h.name, cost_mode, gpn, float(price), kvb, hourly, totals, econ,
                           nic_warnings(hourly["nic_utilisation"], t.hours, h), list(dict.fromkeys(notes)),
-                          pricing)  # fmt: skip
+                          pricing, aggregated=agg)  # fmt: skip
 
 
 def _hourly(t, agg: AggregatedCapacity, h, kvb: float, gpn: int, price) -> dict:

@@ -3,6 +3,8 @@ deployment units, the NIC warning, integer-valued floats."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from moesim.units import jsonable
@@ -40,9 +42,50 @@ def intish(x: float):
     return int(x) if float(x).is_integer() else float(x)
 
 
+UNITS = {"tokens": "tokens", "rates": "tokens/s", "money": "USD", "time": "s (hourly bins of 1 h)", "bandwidth": "B/s"}
+
+
+@dataclass
 class HourlyPlan:
-    """What every plan result reads the same way (the pools' plan and the aggregated one): its
-    `hourly` arrays, `totals` and `to_dict()` (defined by each result)."""
+    """What every plan result holds and reads the same way (the pools' plan and the aggregated
+    one): the day, the specs' names, the `hourly` arrays, `totals`, `economics`; each result adds
+    its pools (keyword-only fields) and the pools' sections of `to_dict()`."""
+
+    traffic: object
+    model: str
+    hardware: str
+    cost_mode: str
+    gpus_per_node: int
+    usd_per_gpu_hour: float
+    kv_bytes_per_token: float
+    hourly: dict  # arrays over the window's hours
+    totals: dict
+    economics: dict
+    warnings: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    pricing: dict = field(default_factory=dict)  # engine and profile file (engine.pricing.profile_info)
+
+    def plan_dict(self, pools: dict) -> dict:
+        """The plan's JSON: totals, economics, the result's `pools` sections, then what every plan
+        has (specs, traffic, hours, units, notes)."""
+        return (
+            jsonable(self.totals)
+            | jsonable(self.economics)
+            | pools
+            | {
+                "model": self.model,
+                "hardware": self.hardware,
+                "cost_mode": self.cost_mode,
+                **self.pricing,
+                "gpus_per_node": self.gpus_per_node,
+                "kv_bytes_per_token": self.kv_bytes_per_token,
+                "traffic": self.traffic.to_dict(),
+                "hourly": self.hourly_rows(),
+                "units": dict(UNITS),
+                "warnings": list(self.warnings),
+                "notes": list(self.notes),
+            }
+        )
 
     def __getitem__(self, key):
         return self.to_dict()[key]
