@@ -12,6 +12,7 @@ moesim.calibration.importers.aiconfigurator lists every column dropped and why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -236,8 +237,6 @@ def undifference(d: pd.DataFrame, ctx: Ctx):
 
 def _static_times(ctx: Ctx) -> dict:
     """{kernel_source: {(m, k): latency}} of scale_matrix_perf beside the table ({} when absent)."""
-    from pathlib import Path
-
     f = Path(ctx.folder) / "scale_matrix_perf.parquet" if ctx.folder else None
     if f is None or not f.is_file():
         return {}
