@@ -90,6 +90,9 @@ def nccl_proto_terms(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, n
         ring, protocol k:  (k_us + k_step_us * steps(n)) + ring_bytes / (k_bw_frac * link)
         NVLS (all-reduce): nvls_us + message_bytes / (nvls_bw_frac * link), where `nvls` (a reduction
                            dtype multimem reduces) and n >= nvls_min_gpus (NCCL: none at <= 2 GPUs)
+        NVLS (all-gather): nvls_us + ring_bytes / (nvls_bw_frac * link): each rank multicasts its
+                           1/n share once (multimem.st, the switch replicates it) and receives the
+                           other (n-1)/n of the message; single-node only (NCCL >= 2.19, enqueue.cc)
 
     `link` is the achievable link the caller prices with, so a what-if on it moves every segment.
     The switch points (LL -> LL128 -> Simple -> NVLS) are where the fitted segments cross."""
@@ -98,10 +101,11 @@ def nccl_proto_terms(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, n
     link = np.asarray(link_Bps, float)
     alphas = [(float(p[f"{k}_us"]) + float(p[f"{k}_step_us"]) * steps) * 1e-6 for k in NCCL_PROTOCOLS]
     wires = [np.asarray(ring_bytes, float) / (float(p[f"{k}_bw_frac"]) * link) for k in NCCL_PROTOCOLS]
-    if op == "all_reduce" and p.get("nvls_us") is not None:
+    if p.get("nvls_us") is not None:
         ok = np.asarray(nvls, bool) & (n >= float(p.get("nvls_min_gpus", 8)))
+        nvls_bytes = message_bytes if op == "all_reduce" else ring_bytes
         alphas.append(np.full(np.shape(n), float(p["nvls_us"]) * 1e-6))
-        wires.append(np.where(ok, np.asarray(message_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf))
+        wires.append(np.where(ok, np.asarray(nvls_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf))
     return _fastest(alphas, wires)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from moesim.calibration.fit.collectives import fit_collective_v2
+from moesim.calibration.fit.collectives import CollRows, _nvls_choice, fit_collective_v2
 from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.comm_deepep import NAMES, fit_deepep_v2
 from moesim.calibration.fit.peaks import Peaks
@@ -240,7 +240,31 @@ def test_nccl_protocol_segments_switch_with_size_and_nvls_only_where_it_applies(
     slow = nccl_proto_terms(NCCL_TRUE, "all_reduce", 8, msg, 1.75 * msg, 0.5 * LINK, True)
     assert np.all(sum(slow) > t[8, True])  # a link what-if moves every segment
     ag = nccl_proto_terms(NCCL_TRUE, "all_gather", 8, msg, 7 / 8 * msg, LINK, True)
-    assert ag[1][-1] == pytest.approx(7 / 8 * msg[-1] / (0.9 * LINK))  # no NVLS segment for all-gather
+    assert ag[1][-1] == pytest.approx(7 / 8 * msg[-1] / (0.9 * LINK))  # NVLS slower than this ring: the ring
+
+
+AG_TRUE = NCCL_TRUE | dict(simple_bw_frac=0.7, nvls_us=23.0, nvls_bw_frac=0.9, nvls_min_gpus=4)
+
+
+def test_nvls_all_gather_receives_the_ring_bytes_from_its_gpu_count():
+    msg = 2.0 ** np.arange(9, 31)
+    t = {n: sum(nccl_proto_terms(AG_TRUE, "all_gather", n, msg, (n - 1) / n * msg, LINK, True)) for n in (2, 4, 8)}
+    assert t[8][-1] == pytest.approx(23e-6 + 7 / 8 * msg[-1] / (0.9 * LINK))  # NVLS: each rank receives (n-1)/n M
+    assert t[2][-1] == pytest.approx((20.0 + 0.5) * 1e-6 + 1 / 2 * msg[-1] / (0.7 * LINK))  # ring below 4 GPUs
+    ring_only = {k: v for k, v in AG_TRUE.items() if not k.startswith("nvls")}
+    ring = sum(nccl_proto_terms(ring_only, "all_gather", 8, msg, 7 / 8 * msg, LINK))
+    assert np.allclose(t[8][:6], ring[:6]) and t[8][-1] < 0.8 * ring[-1]  # its latency: large messages only
+
+
+def test_nvls_all_gather_count_is_read_from_the_rows_for_every_dtype():
+    rows = []
+    for n in (2, 4, 8):
+        for msg in 2.0 ** np.arange(9, 30, 2):
+            a, w = nccl_proto_terms(AG_TRUE, "all_gather", n, msg, (n - 1) / n * msg, LINK, True)
+            rows += [dict(dtype=dt, ep=n, bytes=msg, time_s=float(a + w)) for dt in ("fp16", "int8")]
+    r = CollRows(pd.DataFrame(rows), "all_gather", PEAKS)
+    assert r.nvls[r.n > 2].all()  # multimem stores: no reduction, so int8 too
+    assert _nvls_choice(r, "all_gather") == 4.0
 
 
 def test_custom_ar_one_shot_for_small_two_shot_for_large():

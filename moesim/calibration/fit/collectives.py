@@ -1,8 +1,8 @@
 """All-reduce / all-gather fit, model `nccl_proto` (moesim.perf.collectives.nccl_proto_terms, the
 function the cost model prices with): NCCL's own tuning model (src/graph/tuning.cc) with fitted
 numbers. Each protocol (LL, LL128, Simple) is a ring segment latency + steps(n) x per-step latency +
-ring bytes / bandwidth; NVLS (NVSwitch multicast all-reduce) a segment of its own for the reduction
-dtypes multimem reduces, from the GPU count the rows show it at; NCCL runs the fastest. So time vs
+ring bytes / bandwidth; NVLS (NVSwitch multicast: all-reduce for the dtypes multimem reduces,
+all-gather for any) a segment of its own, from the GPU count the rows show it at; NCCL runs the fastest. So time vs
 bytes is piecewise (1 KB .. 1 GB): the switch points are where the fitted segments cross, not
 constants taken from NCCL. Bandwidths are fractions of the achievable link (NVLink inside the domain).
 
@@ -62,9 +62,11 @@ class CollRows:
         inside = self.n <= peaks.domain_gpus
         self.link = np.where(inside, peaks.nvlink_eff_Bps or peaks.nvlink_Bps, peaks.rdma_eff_Bps or peaks.rdma_Bps)
         dtype = d["dtype"].astype(str).str.lower().values if "dtype" in d else np.full(len(d), "bf16")
-        # NVLS: a reduction multimem does (16/32-bit floats) inside one NVSwitch domain; rows
-        # without a dtype are taken as the engines' bf16
-        self.nvls = np.isin(dtype, NVLS_DTYPES + ("nan", "")) & inside
+        # NVLS inside one NVSwitch domain: all-reduce where multimem reduces the dtype (16/32-bit floats;
+        # rows without a dtype are taken as the engines' bf16); all-gather (multimem stores, no
+        # reduction) for every dtype
+        reducible = np.isin(dtype, NVLS_DTYPES + ("nan", "")) if op == "all_reduce" else np.ones(len(d), bool)
+        self.nvls = reducible & inside
         self.shape_id = np.unique(np.stack([self.n, self.msg], 1), axis=0, return_inverse=True)[1].ravel()
 
 
@@ -91,10 +93,11 @@ def _fit_nccl(r: CollRows, idx, nvls_min: float | None, starts=None):
 
 
 def _nvls_choice(r: CollRows, op: str) -> float | None:
-    """The GPU count from which NCCL runs NVLS, as the rows show it: none (all-gather, or no NVLS
-    dtype), else the measured count > 2 (nvls.cc: no NVLS at <= 2 GPUs) with the lowest fit cost."""
+    """The GPU count from which NCCL runs NVLS, as the rows show it: none (no NVLS row), else the
+    measured count > 2 (nvls.cc: no NVLS at <= 2 GPUs) with the lowest fit cost. All-reduce and
+    all-gather (NCCL >= 2.19 runs single-node NVLS all-gather: enqueue.cc's algorithm loop)."""
     counts = np.unique(r.n[r.nvls & (r.n > 2)])
-    if op != "all_reduce" or len(counts) == 0:
+    if op not in ("all_reduce", "all_gather") or len(counts) == 0:
         return None
     every = np.arange(len(r.t))
     cost = {}
@@ -214,8 +217,8 @@ def fit_collective_v2(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: 
         "cv_method": "leave-one-shape-out",
         "source": f"{len(main)} rows: " + str(main.source.iloc[0]),
         "note": "NCCL tuning model (tuning.cc): per protocol (LL, LL128, Simple) k_us + k_step_us*steps(n) + ring "
-        "bytes / (k_bw_frac x achievable link), NVLS (all-reduce, 16/32-bit float, n >= nvls_min_gpus) nvls_us + "
-        "bytes / (nvls_bw_frac x link); the fastest (moesim.perf.collectives.nccl_proto_terms); the protocol "
+        "bytes / (k_bw_frac x achievable link), NVLS (all-reduce of 16/32-bit floats, or all-gather, n >= "
+        "nvls_min_gpus) nvls_us + bytes / (nvls_bw_frac x link); the fastest (moesim.perf.collectives.nccl_proto_terms); the protocol "
         "switch points are where the fitted segments cross",
     }
     custom = {}

@@ -250,7 +250,7 @@ def fit_waves(
 
 class StreamData:
     """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) for the quant pass,
-    m k 2 for the scale computation (op compute_scale: an amax pass; work.kernel_work)."""
+    m k 2 for compute_scale (an amax pass), m (3 k + 4) for dynamic_per_token (work.kernel_work)."""
 
     def __init__(self, d: pd.DataFrame, peaks: Peaks, op: str = ""):
         self.family, self.d, self.dtype = "quant", d, "fp8"
@@ -270,9 +270,10 @@ class StreamData:
 
 QUANT_NOTES = {
     "": "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements",
-    "scale_matrix": "FP8 activation quant pass: reads BF16, writes FP8 + one fp32 scale per 128 elements",
     "compute_scale": "scale computation of a dynamic FP8 quant (measured as dynamic minus static quant "
     "time): an amax pass reading the BF16 input; not the pass the workload prices",
+    "dynamic_per_token": "dynamic per-token FP8 quant (one CTA per token: amax, then quant; reads BF16, writes "
+    "FP8 + one fp32 scale per token), undifferenced at import; not the pass the workload prices",
 }
 
 

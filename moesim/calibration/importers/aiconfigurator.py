@@ -295,7 +295,8 @@ def import_engine(
             _note_once(summary, f"{system} {engine} {table}: skipped, {why}")
             continue
         eng = "nccl" if table == "nccl_perf" else engine
-        ctx = T.Ctx(**base, engine=eng, version=f.parent.name, table=table, date=collected_at(f.parent, table))
+        date = collected_at(f.parent, table)
+        ctx = T.Ctx(**base, engine=eng, version=f.parent.name, table=table, date=date, folder=str(f.parent))
         out = outdir / f"{table}.csv.gz"
         import_table(f, ctx, out, summary)
         written.add(out.name)

@@ -12,6 +12,7 @@ moesim.calibration.importers.aiconfigurator lists every column dropped and why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,7 @@ class Ctx:
     gpus_per_node: int
     date: str = ""
     trim: bool = True  # the size trims above (off: every shape of the kept dtypes)
+    folder: str = ""  # the version folder the table was read from (a mapper may read a sibling table)
 
 
 def seconds(values, scale: float) -> np.ndarray:
@@ -193,14 +195,66 @@ SGLANG_EAGER_QUANT = (
 )
 
 
+# vLLM's computescale rows (kernel_source "dynamic_per_token_scaled_fp8_quant_minus_static_scaled_fp8_quant",
+# collector/vllm/collect_computescale.py) are max(0, t_dynamic - t_static): ops.scaled_fp8_quant per token
+# minus per tensor. The dynamic per-token kernel is ONE kernel (csrc/quantization/w8a8/fp8/common.cu,
+# dynamic_per_token_scaled_fp8_quant_kernel_strided: one CTA per token, a block-reduced amax over the row,
+# then a quant pass re-reading that row; writes FP8 + one fp32 scale per token), so the difference times
+# no kernel (it is the extra latency of one fused kernel over another) and carries the noise of both.
+# The row is turned back into the dynamic kernel's time: the difference plus the static kernel's time at
+# the same (m, k), the `<b>` rows of scale_matrix_perf in the same folder (the collector times both at
+# once; the sum is the dynamic timing, up to the static kernel's run-to-run spread when the two tables
+# came from separate runs). Rows the collector clamped at 0 (dynamic <= static) or without a static
+# partner cannot be recovered: kept, excluded. (TRT-LLM's computescale rows are also dynamic minus static,
+# but its dynamic per-tensor quant runs a separate amax-reduction kernel: the difference is that kernel.)
+MINUS = "_minus_"
+NOT_RECOVERABLE = "difference clamped at 0 or no static partner: the dynamic kernel's time is not recoverable"
+UNDIFFERENCED = "time = computescale_perf ({diff}) + scale_matrix_perf {b} at the same (m, k)"
+
+
+def undifference(d: pd.DataFrame, ctx: Ctx):
+    """(rows, note per row, lost mask): `<a>_minus_<b>` rows as kernel a's times (see MINUS)."""
+    notes, lost = np.full(len(d), "", dtype=object), np.zeros(len(d), dtype=bool)
+    src = d["kernel_source"].astype(str) if "kernel_source" in d else pd.Series([""] * len(d))
+    diff = src.str.contains(MINUS).to_numpy()
+    if not diff.any():
+        return d, notes, lost
+    d = d.copy()
+    static = _static_times(ctx)
+    for name in sorted(set(src[diff])):
+        a, b = name.split(MINUS, 1)
+        sel = (src == name).to_numpy()
+        partner = pd.Series(static.get(b, {}), dtype=float)
+        keys = list(zip(d.loc[sel, "m"].astype(int), d.loc[sel, "k"].astype(int)))
+        t_static = partner.reindex(pd.MultiIndex.from_tuples(keys)).to_numpy() if len(partner) else np.nan
+        t_diff = d.loc[sel, "latency"].to_numpy(dtype=float)
+        lost[sel] = ~(t_diff > 0) | ~np.isfinite(t_static)
+        d.loc[sel, "latency"] = t_diff + t_static
+        d.loc[sel, "kernel_source"], d.loc[sel, "op_name"] = a, a.removesuffix("_scaled_fp8_quant")
+        notes[sel] = UNDIFFERENCED.format(diff=name, b=b)
+    return d, notes, lost
+
+
+def _static_times(ctx: Ctx) -> dict:
+    """{kernel_source: {(m, k): latency}} of scale_matrix_perf beside the table ({} when absent)."""
+    f = Path(ctx.folder) / "scale_matrix_perf.parquet" if ctx.folder else None
+    if f is None or not f.is_file():
+        return {}
+    s = pd.read_parquet(f)
+    g = s.groupby([s["kernel_source"].astype(str), s["m"].astype(int), s["k"].astype(int)])["latency"].median()
+    return {src: g.xs(src, level=0).to_dict() for src in g.index.get_level_values(0).unique()}
+
+
 def quant(df, ctx):
-    """scale_matrix_perf (FP8 activation quant pass) / computescale_perf (scale computation)."""
-    d = df.reset_index(drop=True)
-    out = rows(d, ctx, "quant", op=d["op_name"], m=d["m"], k=d["k"], dtype=dtypes(d["quant_dtype"]))
+    """scale_matrix_perf (FP8 activation quant pass) / computescale_perf (scale computation; a
+    difference of two timings named `<a>_minus_<b>` becomes kernel a's own rows: undifference)."""
+    d, notes, lost = undifference(df.reset_index(drop=True), ctx)
+    out = rows(d, ctx, "quant", op=d["op_name"], m=d["m"], k=d["k"], dtype=dtypes(d["quant_dtype"]), note=notes)
     out["time_s"] = seconds(d["latency"], 1e-3)
     zero = out["time_s"].to_numpy(dtype=float) <= 0
     out.loc[zero, "exclude"] = "zero latency recorded (scale computation fused into the quant kernel)"
-    out.loc[zero, "time_s"] = np.nan  # a time is > 0 or absent (moesim.calibration.fit.data); the 0 is in `exclude`
+    out.loc[lost, "exclude"] = NOT_RECOVERABLE
+    out.loc[zero | lost, "time_s"] = np.nan  # a time is > 0 or absent (moesim.calibration.fit.data)
     if ctx.engine == "sglang":
         out.loc[out["op"].astype(str) == "scale_matrix", "exclude"] = SGLANG_EAGER_QUANT
     return out, {}

@@ -26,10 +26,14 @@ ACT_READ_BYTES = 4.0
 CONTIG_BLOCK_M = 128.0
 # per-backend byte keys of a moe entry's passes beyond its GEMMs (fit.moe_tables sets them; params carry them)
 PASS_KEYS = ("token_bytes", "pair_bytes", "act_bytes")
-# quant ops other than the quant pass itself (aiconfigurator computescale_perf: a dynamic quant's
-# time minus the static quant's, collector/<engine>/collect_computescale.py): the scale computation
-# is an extra amax pass that reads the BF16 input once and writes nothing of size
-QUANT_OP_BYTES_PER_ELEM = {"compute_scale": 2.0}
+# quant ops other than the quant pass itself (aiconfigurator computescale_perf, collector/<engine>/
+# collect_computescale.py). compute_scale (TRT-LLM: dynamic per-tensor minus static quant time): the
+# separate amax-reduction kernel, which reads the BF16 input once and writes nothing of size.
+# dynamic_per_token (vLLM's dynamic_per_token_scaled_fp8_quant, csrc/quantization/w8a8/fp8/common.cu;
+# rows undifferenced at import, importers.aiconfigurator_tables.MINUS): one CTA per token reads its
+# BF16 row (the amax pass; the quant pass re-reads it from cache), writes FP8 and one fp32 scale per row
+QUANT_OP_BYTES_PER_ELEM = {"compute_scale": 2.0, "dynamic_per_token": 3.0}
+QUANT_OP_BYTES_PER_ROW = {"dynamic_per_token": 4.0}
 
 
 def _need(family: str, shape: dict, cols) -> None:
@@ -78,8 +82,9 @@ def kernel_work(family: str, dtype: str, sms, shape: dict):
         return F, b_in, b_out, np.ones_like(np.asarray(F, float))
     if family == "quant":
         _need(family, shape, ("m", "k"))
-        per_elem = QUANT_OP_BYTES_PER_ELEM.get(str(shape.get("op") or ""), QUANT_BYTES_PER_ELEM)
-        nb = np.asarray(shape["m"], float) * np.asarray(shape["k"], float) * per_elem
+        op = str(shape.get("op") or "")
+        per_elem, per_row = QUANT_OP_BYTES_PER_ELEM.get(op, QUANT_BYTES_PER_ELEM), QUANT_OP_BYTES_PER_ROW.get(op, 0.0)
+        nb = np.asarray(shape["m"], float) * (np.asarray(shape["k"], float) * per_elem + per_row)
         return np.zeros_like(nb), nb, np.zeros_like(nb), np.ones_like(nb)
     b, s, h, c = (shape.get(k) for k in ("batch", "q_len", "heads", "context"))
     _need(family, shape, ("batch", "q_len", "heads", "context"))
