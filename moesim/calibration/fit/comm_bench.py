@@ -39,6 +39,7 @@ BF16_BYTES = 2.0
 # docstring). 1.25: the host floor's own spread is within +-7 % (H200 vLLM dispatch 241-275 us over
 # 16-512 tokens, first shape aside), DeepEP's kernels within a few % (SGLang tables).
 GLITCH_FACTOR = 1.25
+GLITCH_RULE = f"a case with a row > {GLITCH_FACTOR}x a row of the same setting and op with more tokens"
 SETTING = ["kernel", "backend", "mode", "hidden", "topk", "experts", "ep", "gpus_per_node", "sms"]
 TEXT = ("kernel", "backend", "mode", "op")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.comm import A2AData, _residuals
-from moesim.calibration.fit.comm_bench import GLITCH_FACTOR, bf16_dispatch, combine_queued_s
+from moesim.calibration.fit.comm_bench import GLITCH_RULE, bf16_dispatch, combine_queued_s
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import id_span, sources_text
 from moesim.calibration.fit.gemm import CV_FOLDS, shape_folds
@@ -227,8 +227,7 @@ def _glitch_note(e: dict | None, glitches: int) -> dict | None:
         return None
     e.pop("_loso", None)
     e["note"] += (
-        f"; {glitches} rows of glitched collector cases left the fit and the CV (comm_bench.token_glitches: a case "
-        f"with a row > {GLITCH_FACTOR}x a row of the same setting and op with more tokens)"
+        f"; {glitches} rows of glitched collector cases left the fit and the CV (comm_bench.token_glitches: {GLITCH_RULE})"
     )
     return e
 
