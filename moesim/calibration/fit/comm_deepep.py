@@ -6,8 +6,10 @@ by the nominal NVLink) and the SM copy term (per token and per byte, over the SM
 on: --comm-sms for the normal kernels, the LL launch's one SM per expert), blended by a q-norm.
 
 Bytes: moesim.workload.comm under the benchmark's routing (moesim.calibration.routing), the same
-accounting the cost model uses. Cross-validation holds out one whole shape (hidden, top-k,
-experts, EP, SMs: every token count of it) at a time.
+accounting the cost model uses. Cross-validation holds out whole shapes (hidden, top-k, experts,
+EP, SMs: every token count of one together): `cv` in 10 folds (the kernel families' scheme, fit.gemm
+shape_folds), `cv.leave_one_shape_out` one shape at a time. Rows of glitched collector cases have
+left before (fit.comm.a2a_data, comm_bench.token_glitches).
 """
 
 from __future__ import annotations
