@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from moesim.calibration.fit.comm import a2a_data
-from moesim.calibration.fit.comm_bench import bf16_dispatch, combine_queued_s
+from moesim.calibration.fit.comm_bench import bf16_dispatch, combine_queued_s, token_glitches
 from moesim.calibration.fit.comm_deepep import DeepEPRows
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.collectives import deepep_v2_terms
@@ -80,3 +80,39 @@ def test_fit_reads_the_clone_into_vllm_combine_rows():
     rows.queued[:] = 0.0
     without = rows.predict(np.array(list(P.values())), np.arange(len(d)))
     assert np.all(with_clone <= without) and with_clone[2] < without[2]
+
+
+def _normal_case_rows(times_us: dict, shapes=((7168.0, 8.0, 256.0),)) -> pd.DataFrame:
+    """vLLM normal-mode rows, both ops, every token count of `times_us` ({tokens: us}) per shape."""
+    rows = []
+    for hidden, topk, experts in shapes:
+        for op in ("dispatch", "combine"):
+            for t, us in times_us.items():
+                rows.append(dict(kernel="deepep", backend="deepep", mode="normal", op=op, tokens=float(t)))
+                rows[-1] |= dict(hidden=hidden, topk=topk, experts=experts, ep=8.0, gpus_per_node=8.0, sms=20.0)
+                rows[-1] |= dict(topk_groups=np.nan, time_s=us * 1e-6, exclude="", source=VLLM[0], lib_versions=VLLM[1])
+    return pd.DataFrame(rows)
+
+
+def test_a_case_slower_than_more_tokens_of_its_setting_leaves_with_both_ops():
+    flat = {16: 250.0, 32: 255.0, 64: 245.0, 128: 260.0, 256: 250.0, 512: 300.0}
+    d = _normal_case_rows(flat, shapes=((7168.0, 8.0, 256.0), (4096.0, 6.0, 256.0)))
+    assert not token_glitches(d).any()  # flat host floor (+-7 %) and growth with tokens: kept
+    slow = (d.op == "dispatch") & (d.tokens == 32.0) & (d.hidden == 7168.0)
+    d.loc[slow, "time_s"] *= 1.24 * 245.0 / 255.0  # 1.24x the 64-token row: inside the factor
+    assert not token_glitches(d).any()
+    d.loc[slow, "time_s"] *= 2.0
+    bad = token_glitches(d)
+    case = (d.tokens == 32.0) & (d.hidden == 7168.0)
+    assert list(np.flatnonzero(bad)) == list(np.flatnonzero(case))  # dispatch and combine of that case only
+    d.loc[(d.tokens == 512.0) & (d.hidden == 4096.0), "time_s"] *= 5.0  # the largest token count: no row above it
+    assert token_glitches(d).sum() == 2
+    ad = a2a_data(d, "deepep-normal", "combine")
+    assert ad.glitches == 1 and len(ad.t) == 11  # the combine row of the glitched case left, counted
+
+
+def test_glitch_rule_is_deepep_only():
+    d = _normal_case_rows({16: 900.0, 32: 100.0, 64: 110.0})
+    d["kernel"], d["mode"] = "pplx", "pplx"
+    ad = a2a_data(d, "pplx", "dispatch")
+    assert ad.glitches == 0 and len(ad.t) == 3

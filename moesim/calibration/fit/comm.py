@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from moesim.calibration.fit.comm_bench import bf16_dispatch
+from moesim.calibration.fit.comm_bench import bf16_dispatch, token_glitches
 from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_median, lsq, residual
 from moesim.calibration.fit.data import id_span, row_id, sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -40,6 +40,7 @@ class A2AData:
     rdma_bytes: np.ndarray
     nvl_bytes: np.ndarray
     t: np.ndarray
+    glitches: int = 0  # rows of a glitched collector case dropped (comm_bench.token_glitches)
 
 
 def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
@@ -50,14 +51,13 @@ def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
         "nccl": ("nccl_all_to_all", {"nccl"}),
     }
     kernel, modes = kernel_modes[mode]
-    d = df[
-        (df.kernel == kernel)
-        & df["mode"].isin(modes)
-        & (df.op == op)
-        & (df.exclude == "")
-        & np.isfinite(df.time_s)
-        & (df.time_s > 0)
+    both = df[
+        (df.kernel == kernel) & df["mode"].isin(modes) & (df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)
     ].reset_index(drop=True)
+    mine = (both.op == op).to_numpy()
+    # DeepEP tables: cases timed in a disturbed state leave the fit (comm_bench docstring)
+    glitch = token_glitches(both) if kernel == "deepep" else np.zeros(len(both), bool)
+    d = both[mine & ~glitch].reset_index(drop=True)
     if d.empty:
         return None
     rdma = np.zeros(len(d))
@@ -78,7 +78,7 @@ def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
         )
         rdma[i] = r.tokens * float(rc) * per
         nvl[i] = r.tokens * float(nc) * per
-    return A2AData(d, rdma, nvl, d.time_s.values.astype(float))
+    return A2AData(d, rdma, nvl, d.time_s.values.astype(float), int((mine & glitch).sum()))
 
 
 def _residuals(ad: A2AData, fitted: np.ndarray, errs: np.ndarray) -> list[dict]:

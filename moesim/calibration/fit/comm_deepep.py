@@ -6,8 +6,10 @@ by the nominal NVLink) and the SM copy term (per token and per byte, over the SM
 on: --comm-sms for the normal kernels, the LL launch's one SM per expert), blended by a q-norm.
 
 Bytes: moesim.workload.comm under the benchmark's routing (moesim.calibration.routing), the same
-accounting the cost model uses. Cross-validation holds out one whole shape (hidden, top-k,
-experts, EP, SMs: every token count of it) at a time.
+accounting the cost model uses. Cross-validation holds out whole shapes (hidden, top-k, experts,
+EP, SMs: every token count of one together): `cv` in 10 folds (the kernel families' scheme, fit.gemm
+shape_folds), `cv.leave_one_shape_out` one shape at a time. Rows of glitched collector cases have
+left before (fit.comm.a2a_data, comm_bench.token_glitches).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.comm import A2AData, _residuals
-from moesim.calibration.fit.comm_bench import bf16_dispatch, combine_queued_s
+from moesim.calibration.fit.comm_bench import GLITCH_RULE, bf16_dispatch, combine_queued_s
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import id_span, sources_text
+from moesim.calibration.fit.gemm import CV_FOLDS, shape_folds
 from moesim.calibration.fit.peaks import Peaks
+from moesim.calibration.fit.residual import err_stats
 from moesim.perf.collectives import DEEPEP_NORMAL_SMS, deepep_ll_sms, deepep_v2_terms
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
@@ -35,6 +39,7 @@ STARTS = (
 )
 HOST_GAIN = 0.05  # the host floor is a structural choice: kept where it cuts the all-rows cost by 5 %
 SHAPE_KEYS = ["hidden", "topk", "experts", "ep", "sms"]
+SMALL_TOKENS = 64  # the decode-sized subset of the cv blocks: 1-64 tokens per rank
 
 
 class DeepEPRows:
@@ -130,31 +135,42 @@ def _starts(unit: float, host_us: float, knots: int) -> list[list[float]]:
     return out
 
 
-def shape_cv(rows: DeepEPRows) -> np.ndarray:
-    """Leave-one-shape-out relative errors (held-out prediction / measured - 1) per row."""
+def held_out(rows: DeepEPRows, parts) -> np.ndarray:
+    """Relative errors (held-out prediction / measured - 1) per row, each part of `parts` (row
+    indices) predicted by a fit on the others."""
     errs = np.full(len(rows.t), np.nan)
     everything = np.arange(len(rows.t))
-    for s in np.unique(rows.shape_id):
-        test = everything[rows.shape_id == s]
-        train = everything[rows.shape_id != s]
+    for test in parts:
+        train = np.setdiff1d(everything, test)
         if len(train) < len(NAMES) + 2:
             continue
         errs[test] = rows.predict(rows.fit(train), test) / rows.t[test] - 1.0
     return errs
 
 
-def cv_block(errs, tokens, folds: int) -> dict:
-    """cv summary plus p90 and the decode-sized subset (`small`: 1-64 tokens per rank)."""
-    e = np.abs(errs[np.isfinite(errs)]) * 100
-    small = np.abs(errs[np.isfinite(errs) & (tokens <= 64)]) * 100
+def shape_cv(rows: DeepEPRows) -> np.ndarray:
+    """Leave-one-shape-out relative errors per row."""
+    return held_out(rows, [np.flatnonzero(rows.shape_id == s) for s in np.unique(rows.shape_id)])
+
+
+def grouped_cv(rows: DeepEPRows) -> tuple[np.ndarray, np.ndarray, int]:
+    """(errors of CV_FOLDS folds of whole shapes, leave-one-shape-out errors, folds): the kernel
+    families' two schemes (fit.gemm); with <= CV_FOLDS shapes both are one shape a fold."""
+    parts = shape_folds(rows.shape_id, CV_FOLDS)
+    errs = held_out(rows, parts)
+    n_shapes = len(np.unique(rows.shape_id))
+    return errs, (errs if n_shapes <= CV_FOLDS else shape_cv(rows)), len(parts)
+
+
+def cv_block(errs, tokens, folds: int, loso=None, shapes: int = 0) -> dict:
+    """cv summary plus p90 and the decode-sized subset (`small`: 1-64 tokens per rank); with
+    `loso` (leave-one-shape-out errors of the same rows) its block as `leave_one_shape_out`."""
     out = cv_summary(errs, folds)
-    out["p90_abs_pct"] = _r(np.percentile(e, 90), 3) if len(e) else None
-    out["small"] = {
-        "rows": len(small),
-        "max_tokens": 64,
-        "median_abs_pct": _r(np.median(small), 3) if len(small) else None,
-        "p90_abs_pct": _r(np.percentile(small, 90), 3) if len(small) else None,
-    }
+    st = err_stats(errs, tokens, SMALL_TOKENS)
+    out["p90_abs_pct"], out["small"] = st["p90_abs_pct"], st["small"] | {"max_tokens": SMALL_TOKENS}
+    if loso is not None:
+        lo = err_stats(loso, tokens, SMALL_TOKENS)
+        out["leave_one_shape_out"] = {"folds": shapes} | lo | {"small": lo["small"] | {"max_tokens": SMALL_TOKENS}}
     return out
 
 
@@ -186,23 +202,36 @@ def fit_deepep_v2(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, paren
     (Buffer.dispatch / combine: intranode kernels when num_rdma_ranks == 1, internode otherwise)."""
     nodes = np.maximum(ad.rows.ep.values.astype(float) / ad.rows.gpus_per_node.fillna(8.0).values.astype(float), 1.0)
     one = nodes <= 1
-    if mode != "deepep-normal" or not (one.any() and (~one).any()):  # LL: one kernel (internode_ll.cu)
-        return _fit_one(ad, mode, op, peaks, gpu, parent)
-    main = _fit_one(_subset(ad, ~one), mode, op, peaks, gpu, parent)
-    intra = _fit_one(_subset(ad, one), mode, op, peaks, gpu, main or parent)
+    main = intra = None
+    if mode == "deepep-normal" and one.any() and (~one).any():  # LL: one kernel (internode_ll.cu)
+        main = _fit_one(_subset(ad, ~one), mode, op, peaks, gpu, parent)
+        intra = _fit_one(_subset(ad, one), mode, op, peaks, gpu, main or parent)
     if main is None or intra is None:
-        return _fit_one(ad, mode, op, peaks, gpu, parent)
+        return _glitch_note(_fit_one(ad, mode, op, peaks, gpu, parent), ad.glitches)
     errs = np.array(
         [r["cv_err_pct"] if r["cv_err_pct"] is not None else np.nan for r in main["residuals"] + intra["residuals"]]
     )
+    loso = np.concatenate([main.pop("_loso"), intra.pop("_loso")])
     tokens = np.concatenate([ad.rows.tokens.values[~one], ad.rows.tokens.values[one]]).astype(float)
     main["intranode"] = {k: intra[k] for k in ("params", "rows", "cv", "cv_method", "note")}
     main["internode_cv"] = main["cv"]
-    main["cv"] = cv_block(errs / 100.0, tokens, main["cv"]["folds"] + intra["cv"]["folds"])
+    shapes = main["cv"]["leave_one_shape_out"]["folds"] + intra["cv"]["leave_one_shape_out"]["folds"]
+    main["cv"] = cv_block(errs / 100.0, tokens, main["cv"]["folds"] + intra["cv"]["folds"], loso, shapes)
     main["cv_method"] = f"internode: {main['cv_method']}; intranode: {intra['cv_method']} (pooled in cv)"
     main["rows"] += intra["rows"]
     main["residuals"] += intra["residuals"]
-    return main
+    return _glitch_note(main, ad.glitches)
+
+
+def _glitch_note(e: dict | None, glitches: int) -> dict | None:
+    """The entry with its leave-one-shape-out errors dropped and the glitch rule's count in its note."""
+    if e is None:
+        return None
+    e.pop("_loso", None)
+    e["note"] += (
+        f"; {glitches} rows of glitched collector cases left the fit and the CV (comm_bench.token_glitches: {GLITCH_RULE})"
+    )
+    return e
 
 
 def _host_choice(ad: A2AData, mode: str, op: str, peaks: Peaks, pins: dict | None):
@@ -221,27 +250,45 @@ def _host_choice(ad: A2AData, mode: str, op: str, peaks: Peaks, pins: dict | Non
 
 def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: dict | None = None) -> dict | None:
     """The deepep_v2 entry of one (mode, op), or None with too few rows / shapes. `parent`: the
-    entry the single-node pins take the RDMA share from."""
+    entry the single-node pins take the RDMA share from. `_loso`: the leave-one-shape-out errors."""
     one_node = bool(np.all(DeepEPRows(ad, mode, op, peaks).nodes <= 1))
     pins = single_node_pins(parent) if one_node else None
     rows, host = _host_choice(ad, mode, op, peaks, pins)
     n_shapes = len(np.unique(rows.shape_id))
-    method = "leave-one-shape-out"
-    if n_shapes < 3:  # e.g. the one intranode shape of a table: hold out one token count at a time
+    method = f"{CV_FOLDS} folds of whole shapes ({', '.join(SHAPE_KEYS)}: every token count of one together)"
+    if n_shapes < 3:  # e.g. the one intranode shape of a table: hold out token counts instead
         rows.shape_id = np.unique(rows.tokens, return_inverse=True)[1].ravel()
-        n_shapes, method = len(np.unique(rows.shape_id)), "leave-one-token-count-out (fewer than 3 shapes)"
+        n_shapes, method = len(np.unique(rows.shape_id)), f"{CV_FOLDS} folds of token counts (fewer than 3 shapes)"
     if len(rows.t) < 3 * int(np.sum(rows.lo < rows.hi)) or n_shapes < 3:
         return None
     everything = np.arange(len(rows.t))
     p = rows.fit(everything)
-    errs = shape_cv(rows)
+    errs, loso, folds = grouped_cv(rows)
     fitted = rows.predict(p, everything)
     prm = {k: _r(v, 5) for k, v in rows.params(p).items()}
+    return {
+        "status": "fitted",
+        "gpu": gpu,
+        "model": S.DEEPEP_V2,
+        "params": prm,
+        "nominal": {"rdma_GBps": _r(rows.r_nom / 1e9), "nvlink_GBps": _r((peaks.nvlink_Bps or 0) / 1e9)},
+        "rows": len(rows.t),
+        "cv": cv_block(errs, rows.tokens, folds, loso, n_shapes),
+        "cv_method": method + "; leave_one_shape_out: one at a time",
+        "source": f"{len(rows.t)} rows ({id_span(ad.rows)}): " + sources_text(ad.rows),
+        "residuals": _residuals(ad, fitted, errs),
+        "note": _note(ad, rows, one_node, prm, parent),
+        "_loso": loso,
+    }
+
+
+def _note(ad: A2AData, rows: DeepEPRows, one_node: bool, prm: dict, parent: dict | None) -> str:
+    """The entry's note (pinned single-node params and the parent's NIC knots go into `prm`)."""
     note = (
         "t = alpha_us + alpha_node_us*log2(nodes) + alpha_expert_us*experts/ep + alpha_kB_us*msg_kB "
         "+ (link^q + sm^q)^(1/q); link = max(rdma_bytes/(rdma_frac_nominal*NIC), nvl_bytes/nvlink_GBps) "
         "(nvlink_GBps absolute, capped by the live NVLink); sm = (tokens*sm_token_us + bytes/sm_GBps)/SMs "
-        "(moesim.perf.collectives.deepep_v2_terms); CV leaves one whole shape out"
+        "(moesim.perf.collectives.deepep_v2_terms); CV holds out whole shapes"
     )
     if bf16_dispatch(ad.rows).any():
         note += (
@@ -262,16 +309,4 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
         if knots:  # the parent measured the NIC share per node count: the same library's, so carried
             prm.update(knots)
             note += "; rdma_knot_nodes / rdma_knot_frac carried from the parent (rows of one node cannot show them)"
-    return {
-        "status": "fitted",
-        "gpu": gpu,
-        "model": S.DEEPEP_V2,
-        "params": prm,
-        "nominal": {"rdma_GBps": _r(rows.r_nom / 1e9), "nvlink_GBps": _r((peaks.nvlink_Bps or 0) / 1e9)},
-        "rows": len(rows.t),
-        "cv": cv_block(errs, rows.tokens, n_shapes),
-        "cv_method": method,
-        "source": f"{len(rows.t)} rows ({id_span(ad.rows)}): " + sources_text(ad.rows),
-        "residuals": _residuals(ad, fitted, errs),
-        "note": note,
-    }
+    return note

@@ -20,6 +20,7 @@ import yaml
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.collectives import fit_collective_v2
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
+from moesim.calibration.fit.comm_bench import GLITCH_RULE
 from moesim.calibration.fit.comm_deepep import fit_deepep_v2
 from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.kernels import fit_kernels
@@ -99,6 +100,8 @@ def _comm_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict], notes:
     for mode in S.COMM_MODES:
         for op in S.COMM_OPS:
             ad = a2a_data(df, mode, op)
+            if ad is not None and ad.glitches:  # fit.comm_bench.token_glitches (DeepEP tables)
+                notes.append(f"{mode} {op}: {ad.glitches} rows of glitched collector cases dropped ({GLITCH_RULE})")
             if ad is not None and len(ad.t) >= 3:
                 parent = _parent_entry(parents, "comm", mode, op)
                 comm.setdefault(mode, {})[op] = _best_a2a(ad, mode, op, peaks, gpu, folds, parent)
