@@ -23,7 +23,7 @@ from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import DEEPGEMM_SM90, kernel_work, parts_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, parts_time, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -99,15 +99,15 @@ def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
 
 def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
     """The shape keys a GEMM table's physics is fitted with (the entry's `model_keys`, which the
-    reader adds to the priced shape): tiling "deepgemm_sm90" for DeepGEMM's normal FP8 GEMM on
-    Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout). A linear-op row's input quant is
-    not a key: it is a known time beside the GEMM (WavesData.known, moesim.calibration.fit.act_quant)."""
+    reader adds to the priced shape): tiling "deepgemm_sm90" / "deepgemm_sm100" for DeepGEMM's normal FP8
+    GEMM on Hopper / Blackwell (its layout heuristic of that SM generation, moesim.perf.deepgemm_layout*).
+    A linear-op row's input quant is not a key: a known time beside the GEMM (fit.act_quant)."""
     keys = {}
     if family != "gemm" or not len(d):
         return keys
     deepgemm = "backend" in d and d["backend"].astype(str).str.lower().str.contains("deepgemm").all()
-    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and deepgemm:
-        keys["tiling"] = DEEPGEMM_SM90
+    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation in DEEPGEMM_TILING and deepgemm:
+        keys["tiling"] = DEEPGEMM_TILING[peaks.sm_generation]
     return keys
 
 
