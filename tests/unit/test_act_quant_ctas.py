@@ -51,3 +51,40 @@ def test_fit_recovers_the_per_cta_time_for_sglang_rows_only():
     assert e["cv"]["physics"]["p90_abs_pct"] < 2.0
     other = fit_waves("gemm", _rows(peaks, "deepgemm", None), "fp8_block", "deepgemm", peaks, "b200", quant=QUANT)
     assert other["act_quant_model"] == QUANT  # TRT-LLM's / vLLM's linear ops quantize with other kernels
+
+
+class _Prof:
+    """A calibrated profile with no quant table (SGLang's) and a GEMM variant fitted less a CTA-priced quant."""
+
+    def __init__(self, cta_ns):
+        self.cta_ns = cta_ns
+
+    def kernel_efficiency(self, family, **shape):
+        return None if family == "quant" else (1.0, 0.9, 0.0)
+
+    def launch_for(self, family):
+        return 2e-6
+
+    def measured_time(self, family, **shape):
+        return None
+
+    def gemm_act_quant(self, dtype="fp8_block"):
+        p = {"alpha_us": 2.0, "eta_m": 0.9} | ({} if self.cta_ns is None else {"cta_ns": self.cta_ns})
+        return {"model": "stream_v1", "params": p}
+
+
+def test_the_step_adds_back_the_quant_the_fit_took_out():
+    from moesim.enums import CostMode
+    from moesim.perf.cost import CostModel
+    from moesim.specs import load_model
+    from moesim.workload.ops import quant_pass
+
+    hw, model = load_hardware("b200"), load_model("deepseek-v3")
+    peaks = Peaks.from_hardware(hw)
+    m, k = np.array([4096.0, 4097.0, 4097.0, 36.6]), np.array([3584.0, 3584.0, 4096.0, 7168.0])
+    op = quant_pass("input_quant", m, k, a_bytes=1.0, block=128, stage=1)
+    for cta_ns in (None, 1.1):
+        step = CostModel(hw, model, CostMode.CALIBRATED, _Prof(cta_ns))._kernel(op).time_s
+        fit = AQ.quant_seconds(m, k, peaks, {"params": {"alpha_us": 2.0, "eta_m": 0.9}}, cta_ns=cta_ns)
+        np.testing.assert_allclose(step, fit, rtol=1e-6)  # launch + max(stream, CTAs x cta_ns), as fitted
+    assert step[1] > 2 * step[0]  # odd m: 7x the CTAs of 4 groups

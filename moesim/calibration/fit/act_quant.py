@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.peaks import Peaks
-from moesim.perf.efficiency import stream_time
+from moesim.perf.efficiency import quant_ctas, stream_time
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work
 
@@ -81,13 +81,6 @@ def quant_seconds(m, k, peaks: Peaks, model: dict, cta_ns=None) -> np.ndarray:
 CTA_PARAM = "cta_ns"
 CTA_BOUNDS = (1.0, 0.0, 100.0)  # start, lo, hi (ns per CTA, GPU-wide issue)
 CTA_QUANT_BACKENDS = ("sglang_deepgemm",)  # rows timed with sgl-kernel's per-token-group quant
-
-
-def quant_ctas(m, k, group: float = 128.0) -> np.ndarray:
-    """CTAs of sgl-kernel's per_token_group_quant_8bit for an [m, k] input (groups of `group` elements)."""
-    groups = np.asarray(m, float) * np.asarray(k, float) / group
-    per_cta = np.select([np.mod(groups, g) == 0 for g in (16, 8, 4, 2)], [16.0, 8.0, 4.0, 2.0], 1.0)
-    return groups / per_cta
 
 
 def cta_quant_rows(d) -> bool:
