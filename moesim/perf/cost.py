@@ -60,6 +60,17 @@ def _family(op: OpWork, model: ModelSpec) -> str:
     }.get(op.kind, "elementwise")
 
 
+def _quant_cta_s(profile, shape: dict):
+    """CTAs x cta_ns of the quant model a GEMM fit subtracted from its linear-op rows (SGLang's
+    per_token_group_quant_8bit, moesim.calibration.fit.act_quant), so the step adds back what the fit took
+    out: a linear op is priced once; 0 for a profile without one."""
+    aq = profile.gemm_act_quant() if hasattr(profile, "gemm_act_quant") else None
+    cta_ns = ((aq or {}).get("params") or {}).get("cta_ns")
+    if cta_ns is None or shape.get("m") is None or shape.get("k") is None:
+        return 0.0
+    return E.quant_ctas(shape["m"], shape["k"]) * float(cta_ns) * 1e-9
+
+
 class CostModel:
     """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
 
@@ -101,7 +112,7 @@ class CostModel:
         alpha = launch = 0.0  # alpha: the fitted kernel's fixed cost (on both sides, unscaled by the work)
         prov = Provenance.ROOFLINE.value
         measured = None
-        pad = None
+        pad, floor = None, 0.0  # floor: SGLang's quant per-CTA time (_quant_cta_s)
         if self.mode != CostMode.ROOFLINE:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
@@ -116,7 +127,7 @@ class CostModel:
             if self.profile is not None:
                 eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
                 if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
-                    eff = self.profile.kernel_efficiency("elementwise")
+                    eff, floor = self.profile.kernel_efficiency("elementwise"), _quant_cta_s(self.profile, kshape)
                 if eff is not None:
                     ec, em, alpha = eff
                     prov = Provenance.FITTED.value
@@ -128,7 +139,7 @@ class CostModel:
         compute_s = alpha + flops / (peak * np.asarray(ec, float))
         if pad is not None and prov == Provenance.ROOFLINE.value:  # no fitted kernel: pad the peak math
             compute_s = compute_s * pad
-        memory_s = alpha + nbytes / (hw.hbm_bw_Bps * np.asarray(em, float))
+        memory_s = alpha + np.maximum(nbytes / (hw.hbm_bw_Bps * np.asarray(em, float)), floor)
         time_s = np.maximum(compute_s, memory_s) + launch
         if measured is not None:
             measured = np.broadcast_to(np.asarray(measured, float), time_s.shape)

@@ -189,6 +189,17 @@ def stream_time(nbytes, bw, p: dict):
     return float(p["alpha_us"]) * 1e-6 + np.asarray(nbytes, float) / (bw * float(p["eta_m"]))
 
 
+def quant_ctas(m, k, group: float = 128.0):
+    """CTAs of SGLang's FP8 input quant (sgl-kernel per_token_group_quant_8bit, sgl-project/sglang
+    sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu): 16 / 8 / 4 / 2 / 1 groups of `group` elements per CTA,
+    the largest dividing the m k / group groups. A fractional m (an expected row count) takes 16 per CTA."""
+    m = np.asarray(m, float)
+    whole = np.isclose(m, np.round(m))
+    groups = np.where(whole, np.round(m), m) * np.asarray(k, float) / group
+    per_cta = np.select([~whole] + [np.mod(groups, g) == 0 for g in (16, 8, 4, 2)], [16.0, 16.0, 8.0, 4.0, 2.0], 1.0)
+    return groups / per_cta
+
+
 def _erfc(x):
     """erfc for x >= 0, Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7); numpy only (no scipy import
     on the estimate path)."""

@@ -12,7 +12,7 @@ from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf import deepgemm_layout as L
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import DEEPGEMM_SM90, entry_keys, model_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_SM90, DEEPGEMM_SM100, entry_keys, model_time, waves_parts
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
@@ -82,7 +82,8 @@ def test_gemm_keys_by_backend_generation_and_source():
     blackwell = dataclasses.replace(hopper, sm_generation=10)
     dg = _rows("sglang_deepgemm_gemm_nt_f8f8bf16")
     assert G.gemm_keys("gemm", dg, "fp8_block", hopper) == {"tiling": DEEPGEMM_SM90}
-    assert G.gemm_keys("gemm", dg, "fp8_block", blackwell) == {}  # SM100 has its own heuristic
+    assert G.gemm_keys("gemm", dg, "fp8_block", blackwell) == {"tiling": DEEPGEMM_SM100}  # SM100's own heuristic
+    assert G.gemm_keys("gemm", dg, "fp8_block", dataclasses.replace(hopper, sm_generation=8)) == {}
     assert G.gemm_keys("gemm", _rows("torch_flow"), "fp8_block", hopper) == {}
     assert G.gemm_keys("gemm", _rows("torch_flow"), "bf16", hopper) == {}
     assert G.gemm_keys("gemm", _rows("deepgemm", source="device_run"), "fp8_block", hopper) == {"tiling": DEEPGEMM_SM90}

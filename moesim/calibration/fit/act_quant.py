@@ -23,6 +23,10 @@ t_quant is the streaming quant pass (moesim.perf.efficiency.stream_time: alpha +
 
 Either way the GEMM fit subtracts what the step adds back for the same pass, so a linear op is
 priced once: quant op + GEMM op.
+
+SGLang's quant kernel (sgl-kernel per_token_group_quant_8bit) also costs per CTA, and its CTAs are 2-16x as
+many at an odd m (quant_ctas): t_quant = max(stream, alpha + CTAs x cta_ns), cta_ns fitted with the GEMM on
+the same rows, per fold (measured ~1.1 / 1.1 / 1.4 ns per CTA on B200 / GB200 / H200).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.peaks import Peaks
-from moesim.perf.efficiency import stream_time
+from moesim.perf.efficiency import quant_ctas, stream_time
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work
 
@@ -57,7 +61,43 @@ def act_quant_model(quant: dict | None, elementwise: dict | None, peaks: Peaks) 
     }
 
 
-def quant_seconds(m, k, peaks: Peaks, model: dict) -> np.ndarray:
-    """Time (s) of the quant pass of an [m, k] BF16 input under an act_quant_model."""
+def quant_seconds(m, k, peaks: Peaks, model: dict, cta_ns=None) -> np.ndarray:
+    """Time (s) of the quant pass of an [m, k] BF16 input under an act_quant_model; with cta_ns (the
+    model's, or given) at least alpha + CTAs x cta_ns (quant_ctas: SGLang's kernel issues tiny CTAs)."""
     nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": np.asarray(m, float), "k": np.asarray(k, float)})[1]
-    return np.asarray(stream_time(nbytes, peaks.hbm_Bps, model["params"]), float)
+    t = np.asarray(stream_time(nbytes, peaks.hbm_Bps, model["params"]), float)
+    cta_ns = model["params"].get(CTA_PARAM) if cta_ns is None else cta_ns
+    if cta_ns is None:
+        return t
+    return np.maximum(t, float(model["params"]["alpha_us"]) * 1e-6 + quant_ctas(m, k) * float(cta_ns) * 1e-9)
+
+
+# SGLang's FP8 block linear op quantizes with sgl-kernel's per_token_group_quant_8bit
+# (sglang_per_token_group_quant_fp8; sgl-project/sglang sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu):
+# one CTA of 16 threads per group for the largest of 16 / 8 / 4 / 2 / 1 groups that divides the m k / 128
+# groups. At an odd m with k / 128 not a multiple of 16 its CTAs are 2-16x as many and tiny: the measured
+# odd-m excess of SGLang's fp8_block rows is ~1 ns per extra CTA, n-independent (H200, B200, GB200).
+# Its per-CTA time is fitted with the GEMM (CTA_PARAM, a waves_v1 fit's extra param, bounds below).
+CTA_PARAM = "cta_ns"
+CTA_BOUNDS = (1.0, 0.0, 100.0)  # start, lo, hi (ns per CTA, GPU-wide issue)
+CTA_QUANT_BACKENDS = ("sglang_deepgemm",)  # rows timed with sgl-kernel's per-token-group quant
+
+
+def cta_quant_rows(d) -> bool:
+    """True when every row's input quant is sgl-kernel's per-token-group quant (its CTA count is priced)."""
+    return bool(len(d)) and "backend" in d and bool(d["backend"].astype(str).str.startswith(CTA_QUANT_BACKENDS).all())
+
+
+def attach_quant(data, peaks: Peaks, quant: dict) -> None:
+    """Set a linear-op GEMM fit's known quant time (data.known); for sgl-kernel's per-token-group quant
+    rows also its per-CTA time as a fitted extra param (data.names + CTA_PARAM; data.predict updates known)."""
+    data.known = quant_seconds(data.d.m.values, data.d.k.values, peaks, quant)
+    if cta_quant_rows(data.d):
+        data.quant, data.names = (peaks, quant), data.names + (CTA_PARAM,)
+
+
+def with_fitted_cta(quant: dict | None, params: dict) -> dict | None:
+    """The act_quant_model with the fitted per-CTA time moved out of the GEMM params (popped), if any."""
+    if quant is None or CTA_PARAM not in params:
+        return quant
+    return {**quant, "params": {**quant["params"], CTA_PARAM: params.pop(CTA_PARAM)}}

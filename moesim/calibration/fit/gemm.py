@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.fit import act_quant as AQ
 from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.act_quant import act_quant_model, quant_seconds
@@ -23,7 +24,7 @@ from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import DEEPGEMM_SM90, kernel_work, parts_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, parts_time, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -58,6 +59,7 @@ WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
 WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0])
 # rows timed with the call's host time (fit.moe_tables.HOST_TIMED): one more param, max(host, GPU)
 HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
+EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS}  # extra params: start, lo, hi
 
 
 def _shape_of(d: pd.DataFrame, family: str) -> dict:
@@ -98,16 +100,14 @@ def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
 
 
 def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
-    """The shape keys a GEMM table's physics is fitted with (the entry's `model_keys`, which the
-    reader adds to the priced shape): tiling "deepgemm_sm90" for DeepGEMM's normal FP8 GEMM on
-    Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout). A linear-op row's input quant is
-    not a key: it is a known time beside the GEMM (WavesData.known, moesim.calibration.fit.act_quant)."""
+    """The entry's `model_keys` (the reader adds them to the priced shape): tiling "deepgemm_sm90" / "deepgemm_sm100"
+    for DeepGEMM's normal FP8 GEMM on Hopper / Blackwell (its layout heuristic, moesim.perf.deepgemm_layout*)."""
     keys = {}
     if family != "gemm" or not len(d):
         return keys
     deepgemm = "backend" in d and d["backend"].astype(str).str.lower().str.contains("deepgemm").all()
-    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation == 9 and deepgemm:
-        keys["tiling"] = DEEPGEMM_SM90
+    if dtype in ACT_QUANT_DTYPES and peaks.sm_generation in DEEPGEMM_TILING and deepgemm:
+        keys["tiling"] = DEEPGEMM_TILING[peaks.sm_generation]
     return keys
 
 
@@ -123,6 +123,7 @@ class WavesData:
         self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
         self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
+        self.quant = None  # (peaks, act_quant_model): a known quant whose per-CTA time is fitted (CTA_PARAM)
         self.names = WAVES_NAMES + ((HOST_NAME,) if family == "moe" and MT.host_timed(d) else ())
 
     def predict(self, p, idx):
@@ -133,6 +134,8 @@ class WavesData:
             for part in self.parts
         ]
         t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(self.names, p)))
+        if self.quant is not None:  # every row's known quant under p (the residual reads data.known)
+            self.known = quant_seconds(self.d.m.values, self.d.k.values, *self.quant, p[self.names.index(AQ.CTA_PARAM)])
         return t + self.known[idx]
 
     def fit(self, idx, x0=None):
@@ -143,11 +146,11 @@ class WavesData:
         def res(p):
             return np.log(self.predict(p, idx) / self.t[idx])
 
-        host = len(self.names) > len(WAVES_NAMES)
-        starts = [list(s) + [HOST_START] * host for s in WAVES_STARTS] if x0 is None else [x0]
+        ex = [EXTRA[n] for n in self.names[len(WAVES_NAMES) :]]
+        starts = [list(s) + [e[0] for e in ex] for s in WAVES_STARTS] if x0 is None else [x0]
         for s in starts if x0 is None else []:
             s[2] = min(s[2], float(np.min(self.t[idx] - self.known[idx])) * 1e6 * 0.8)
-        lo, hi = np.append(WAVES_LO, [HOST_LO] * host), np.append(WAVES_HI, [HOST_HI] * host)
+        lo, hi = np.append(WAVES_LO, [e[1] for e in ex]), np.append(WAVES_HI, [e[2] for e in ex])
         return lsq(res, starts, lo, hi)
 
 
@@ -208,11 +211,8 @@ def _key(family: str, e: dict, layout: str = "") -> str:
     return f"{family}|{layout or '-'}|{e['dtype']}|{e['backend']}{op}"
 
 
-# aiconfigurator's GEMM collectors time the engine's FP8 linear op on a BF16 input, not the GEMM alone:
-# SGLang's fp8_block op runs sglang_per_token_group_quant_fp8 and then DeepGEMM's gemm_nt_f8f8bf16
-# (collector/sglang/collect_gemm.py; its fp8 op runs sgl_per_token_quant_fp8 first), TRT-LLM's and
-# vLLM's call the Linear module, which quantizes its input inside. A variant fitted on such rows prices
-# "activation quant + GEMM": fitted as the GEMM alone plus a known quant time (moesim.calibration.fit.act_quant).
+# aiconfigurator's FP8 GEMM rows time the engine's linear op on a BF16 input (input quant + GEMM,
+# collector/<engine>/collect_gemm.py): fitted as the GEMM alone plus a known quant time (fit.act_quant).
 ACT_QUANT_DTYPES = frozenset({"fp8_block", "fp8"})
 ACT_QUANT_SOURCE = "aiconfigurator-core"
 
@@ -231,11 +231,12 @@ def fit_waves(
     data = WavesData(family, d.reset_index(drop=True), dtype, peaks)
     linear_op = family == "gemm" and quant is not None and act_quant_in_rows(data.d, dtype)
     if linear_op:
-        data.known = quant_seconds(data.d.m.values, data.d.k.values, peaks, quant)
+        AQ.attach_quant(data, peaks, quant)  # known; SGLang's per-CTA quant time fitted with the GEMM
     ids = shape_ids(data.d, family)
     p = data.fit(np.arange(len(data.t)))
     cv, pts = _cv_with_residual(family, data, ids, folds, p, list(p))
     params = {n: _r(v, 5) for n, v in zip(data.names, p)}
+    quant = AQ.with_fitted_cta(quant, params)  # a param of the quant model, not of the GEMM's
     if family == "moe":  # the passes beyond the GEMMs, priced the same way by the reader (work.model_time)
         params.update(MT.pass_keys(data.d))
     e = _entry(data, gpu, backend, S.WAVES, params, cv)

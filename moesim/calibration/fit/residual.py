@@ -60,9 +60,9 @@ AXES = {  # shape columns the residual is interpolated over (log space), per fam
 # the same m first. Not for bf16 (cuBLAS picks algorithms and split-K by k too: weighting made
 # those tables worse). Values chosen by held-out error (grouped CV / LOSO p90 %, same physics):
 # Hopper (sm90) weights 30, 3, 1 -> 3000, 5, 1: H200 sglang DeepGEMM 20.6 / 21.1 -> 18.4 / 18.0,
-# TRT-LLM 9.1 / 9.8 -> 7.8 / 7.2. Blackwell keeps 30, 3, 1 (DeepGEMM SM100 ranks one wave first
-# with a fixed 128-row block, not modelled here; 3000, 5, 1 there: GB200 sglang 15.6 -> 17.3,
-# B200 TRT-LLM 6.5 -> 7.4, B200 sglang 24.1 -> 23.9).
+# TRT-LLM 9.1 / 9.8 -> 7.8 / 7.2. Blackwell keeps 30, 3, 1 (re-checked with DeepGEMM's SM100 layout,
+# moesim.perf.deepgemm_layout_sm100: 3000, 5, 1 there: GB200 sglang 15.1 / 15.3 -> 16.2 / 15.8;
+# B200 sglang stayed 23.9 / 23.8 under any weights tried, before the quant CTA term: its own scatter).
 AXIS_WEIGHTS = {("gemm", "fp8_block"): (30.0, 3.0, 1.0), ("gemm", "fp8_block", 9): (3000.0, 5.0, 1.0)}
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from moesim.grid.core import unique_rows
 from moesim.perf import efficiency as E
 from moesim.perf.deepgemm_layout import sm90_fp8_layout
+from moesim.perf.deepgemm_layout_sm100 import sm100_fp8_layout
 from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
 from moesim.workload.ffn import expected_active_slots
@@ -17,6 +18,9 @@ from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
 GEMM_FAMILIES = ("gemm", "grouped_gemm", "bmm")
 DEEPGEMM_SM90 = "deepgemm_sm90"  # an entry's `tiling`: moesim.perf.deepgemm_layout (else efficiency.gemm_tiling)
+DEEPGEMM_SM100 = "deepgemm_sm100"  # moesim.perf.deepgemm_layout_sm100 (Blackwell)
+DEEPGEMM_LAYOUTS = {DEEPGEMM_SM90: sm90_fp8_layout, DEEPGEMM_SM100: sm100_fp8_layout}
+DEEPGEMM_TILING = {9: DEEPGEMM_SM90, 10: DEEPGEMM_SM100}  # SM generation -> DeepGEMM's layout heuristic
 # routings whose local experts get an even spread (the measured tables'): expert_map adds remote rows
 BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
@@ -261,7 +265,8 @@ def entry_keys(family: str, v: dict) -> dict:
 def waves_parts(family: str, dtype: str, sms, shape: dict):
     """([(B_in, B_out, CTAs, BLOCK_M, BLOCK_N, k, in_bytes[, load rows]) per GEMM of the kernel],
     streamed bytes): the shape-only features of a waves_v1 entry (the fit computes them once per row).
-    tiling "deepgemm_sm90": DeepGEMM's own SM90 layout (block sizes, multicast, moesim.perf.deepgemm_layout)."""
+    tiling "deepgemm_sm90" / "deepgemm_sm100": DeepGEMM's own layout (block sizes, multicast; moesim.perf.deepgemm_layout
+    and deepgemm_layout_sm100)."""
     ib = E.dtype_bytes(dtype, 1.0)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
@@ -269,11 +274,11 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         # rank0_clamped: exact tiles of the cold experts and the hot expert 0
         pad = _moe_tile_padding(shape, gemms[0][3])
         bm_min = CONTIG_BLOCK_M if shape.get("routing") == "packed" else 64.0
-    elif shape.get("tiling") == DEEPGEMM_SM90 and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's SM90 layout
+    elif shape.get("tiling") in DEEPGEMM_LAYOUTS and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's layout
         _need(family, shape, ("m", "n", "k"))
         m, n, k = shape["m"], shape["n"], shape["k"]
         _, b_in, b_out = E.gemm_work(m, n, k, 1.0, ib, E.out_bytes_for(dtype))
-        ctas, bm, bn, rows = sm90_fp8_layout(m, n, k, sms)
+        ctas, bm, bn, rows = DEEPGEMM_LAYOUTS[shape["tiling"]](m, n, k, sms)
         return [(b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib, rows)], 0.0
     else:
         _need(family, shape, ("m", "n", "k"))
