@@ -18,7 +18,6 @@ import pandas as pd
 from moesim.calibration.fit import act_quant as AQ
 from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import residual as R
-from moesim.calibration.fit.act_quant import act_quant_model, quant_seconds
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
@@ -134,8 +133,8 @@ class WavesData:
             for part in self.parts
         ]
         t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(self.names, p)))
-        if self.quant is not None:  # every row's known quant under p (the residual reads data.known)
-            self.known = quant_seconds(self.d.m.values, self.d.k.values, *self.quant, p[self.names.index(AQ.CTA_PARAM)])
+        if self.quant is not None:  # every row's known quant under p, cta_ns the last param (AQ.attach_quant)
+            self.known = AQ.quant_seconds(self.d.m.values, self.d.k.values, *self.quant, p[-1])
         return t + self.known[idx]
 
     def fit(self, idx, x0=None):
@@ -371,7 +370,7 @@ def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: l
         if family == "gemm" and len(d) < BIG_TABLE:
             continue  # small README tables keep overlap_v1 (moesim.calibration.fit.kernels)
         if len(d):
-            quant = act_quant_model(out.get("quant"), elementwise, peaks) if family == "gemm" else None
+            quant = AQ.act_quant_model(out.get("quant"), elementwise, peaks) if family == "gemm" else None
             e = fit_variants(family, d, peaks, gpu, folds, notes, quant)
             if e:
                 out[family] = e
