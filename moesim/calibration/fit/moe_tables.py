@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.perf.triton_moe import TRITON_FUSED_MOE
+
 FINALIZE_BYTES = 2.0  # finalizeMoeRouting: one BF16 output row per token
 NOOP_COPY_BYTES = 4.0  # vLLM TopKWeightAndReduceNoOP: output.copy_ (BF16 read + write)
 TOKEN_BYTES = {
@@ -85,6 +87,22 @@ PASSES = {("deepepmoe", "contiguous"): CONTIGUOUS_PASSES}
 # the profiler's op records) is in the row and the GPU work overlaps it, t = max(host, GPU): a fitted
 # host_us (the flat ~380 us floor of the H200 table up to ~512 tokens per rank at every EP)
 HOST_TIMED = frozenset({("deepepmoe", "contiguous")})
+
+# moe tables priced with the Triton fused_moe_kernel's own tiles (tiling "triton_fused_moe",
+# moesim.perf.triton_moe): the engine and dtype whose tuned H200 configs triton_moe.TUNED transcribes
+# (SGLang, unquantized). vLLM's Triton rows (its own tuned files) and the FP8-block ones (tuned
+# block-shape files for DeepSeek-like layers, not transcribed) keep the DeepGEMM-like tiling: the
+# default rule alone moved them the wrong way (10-fold p90 SGLang FP8 12.4 -> 14.1, vLLM BF16 16.5 -> 18.0).
+TRITON_TILED = frozenset({"sglang_fused_moe_triton"})
+TRITON_TILED_DTYPES = frozenset({"bf16"})
+
+
+def tiling_keys(d: pd.DataFrame, dtype: str) -> dict:
+    """The `tiling` model key of moe rows `d` (one backend and dtype): the Triton kernel's own tiles
+    for TRITON_TILED tables, else none (the DeepGEMM-like tiling of moesim.perf.efficiency)."""
+    if len(d) and set(d.backend) <= TRITON_TILED and dtype in TRITON_TILED_DTYPES:
+        return {"tiling": TRITON_FUSED_MOE}
+    return {}
 
 
 def _group(d: pd.DataFrame) -> tuple:

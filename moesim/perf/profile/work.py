@@ -12,6 +12,7 @@ from moesim.perf import efficiency as E
 from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
+from moesim.perf.triton_moe import TRITON_FUSED_MOE, fused_moe_ctas, fused_moe_tiles
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
@@ -250,7 +251,7 @@ def entry_keys(family: str, v: dict) -> dict:
     """Shape keys a fitted GEMM variant adds to the priced shape (its `model_keys`: the `tiling` rule;
     moesim.calibration.fit.gemm.gemm_keys).
     Entries fitted before these keys existed have none and keep the model they were fitted with."""
-    return dict(v.get("model_keys") or {}) if family == "gemm" else {}
+    return dict(v.get("model_keys") or {}) if family in ("gemm", "moe") else {}
 
 
 def waves_parts(family: str, dtype: str, sms, shape: dict):
@@ -258,6 +259,8 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     streamed bytes): the shape-only features of a waves_v1 entry (the fit computes them once per row).
     tiling "deepgemm_sm90": DeepGEMM's own SM90 layout (block sizes, multicast, moesim.perf.deepgemm_layout)."""
     ib = E.dtype_bytes(dtype, 1.0)
+    if family == "moe" and shape.get("tiling") == TRITON_FUSED_MOE:  # the engine's Triton config
+        return triton_moe_parts(dtype, shape)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
         # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
@@ -279,6 +282,32 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype), w)
         ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad, bm_min=bm_min)
+        parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
+    return parts, extra
+
+
+def triton_moe_parts(dtype: str, shape: dict):
+    """waves_parts of a fused-MoE layer run by the Triton fused_moe_kernel (moesim.perf.triton_moe):
+    both GEMMs with the engine's (BLOCK_SIZE_M, BLOCK_SIZE_N) for the layer, M tiles per touched
+    expert exact for even loads, expected for random counts (efficiency.expected_tiles at BLOCK_M),
+    else from the routing's padding (grouped / rank-0 loads); a program loads its BLOCK_M token rows
+    (masked: padded rows move no bytes) and BLOCK_N weight rows per k-block."""
+    gemms, extra = moe_parts(dtype, shape)
+    ib = E.dtype_bytes(dtype, 1.0)
+    args = (shape["tokens"], shape["experts"], _opt(shape, "ep"), shape["n"], _opt(shape, "tp"))
+    bm, bn = fused_moe_tiles(*args, dtype)
+    mg = gemms[0][3]
+    pad = _moe_tile_padding(shape, mg)
+    if pad is None:
+        tiles = None
+    elif shape.get("routing") not in (*BALANCED_LOCAL, "packed", "rank0_clamped"):  # random counts
+        tiles = E.expected_tiles(mg, bm)
+    else:
+        tiles = np.asarray(mg, float) * pad / bm
+    parts = []
+    for _, _, _, m, n, k, g in gemms:
+        _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
+        ctas = fused_moe_ctas(m, n, g, bm, bn, tiles)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
     return parts, extra
 
