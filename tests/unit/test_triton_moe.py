@@ -65,6 +65,7 @@ def test_tiling_key_only_for_the_transcribed_engine_and_dtype():
     vllm = pd.DataFrame({"backend": ["vllm_unquantizedfusedmoe_triton_tritonexperts"]})
     assert MT.tiling_keys(vllm, "bf16") == {}
     assert MT.tiling_keys(rows.iloc[:0], "bf16") == {}
+    assert MT.tiling_keys(rows, "bf16", sm_generation=10) == {}  # TUNED holds H200 files: Hopper only
 
 
 def test_fit_records_the_tiling_and_the_reader_prices_with_it():

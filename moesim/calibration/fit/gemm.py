@@ -102,7 +102,7 @@ def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
     reader adds to the priced shape): tiling "deepgemm_sm90" for DeepGEMM's normal FP8 GEMM on
     Hopper (its SM90 layout heuristic, moesim.perf.deepgemm_layout). A linear-op row's input quant is
     not a key: it is a known time beside the GEMM (WavesData.known, moesim.calibration.fit.act_quant)."""
-    keys = MT.tiling_keys(d, dtype) if family == "moe" else {}  # a Triton fused MoE's own tiles
+    keys = MT.tiling_keys(d, dtype, peaks.sm_generation) if family == "moe" else {}  # Triton MoE tiles
     if family != "gemm" or not len(d):
         return keys
     deepgemm = "backend" in d and d["backend"].astype(str).str.lower().str.contains("deepgemm").all()

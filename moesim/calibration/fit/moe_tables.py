@@ -97,10 +97,13 @@ TRITON_TILED = frozenset({"sglang_fused_moe_triton"})
 TRITON_TILED_DTYPES = frozenset({"bf16"})
 
 
-def tiling_keys(d: pd.DataFrame, dtype: str) -> dict:
-    """The `tiling` model key of moe rows `d` (one backend and dtype): the Triton kernel's own tiles
-    for TRITON_TILED tables, else none (the DeepGEMM-like tiling of moesim.perf.efficiency)."""
-    if len(d) and set(d.backend) <= TRITON_TILED and dtype in TRITON_TILED_DTYPES:
+def tiling_keys(d: pd.DataFrame, dtype: str, sm_generation: int = 9) -> dict:
+    """The `tiling` model key of moe rows `d` (one backend and dtype) measured on a GPU of SM
+    generation `sm_generation`: the Triton kernel's own tiles for TRITON_TILED tables on Hopper (the
+    tuned files of triton_moe.TUNED are H200's; B200 / GB200 rows keep the prior tiling), else none
+    (the DeepGEMM-like tiling of moesim.perf.efficiency)."""
+    hopper = sm_generation == 9
+    if hopper and len(d) and set(d.backend) <= TRITON_TILED and dtype in TRITON_TILED_DTYPES:
         return {"tiling": TRITON_FUSED_MOE}
     return {}
 
