@@ -94,3 +94,29 @@ def test_fit_records_the_tiling_and_the_reader_prices_with_it():
     data = G.WavesData("moe", d, "bf16", peaks)
     fitted = data.predict([e["params"][k] for k in data.names], np.arange(len(d)))
     np.testing.assert_allclose(priced, fitted, rtol=1e-4)  # params are rounded to 5 significant digits
+
+
+def test_rank0_segment_rows_price_the_clamped_workload():
+    """The documented rank-0 collector segment (fit.moe_tables.RANK0_SEGMENTS) inside an expert_map
+    table: its EP > 1 rows compute every rank-0 token with all its picks (no zero-written remote rows),
+    its EP 1 rows and other layers keep expert_map."""
+    from moesim.perf.profile.work import moe_rows, rank0_clamped_rows
+
+    nem = {"hidden": 1024.0, "n": 2688.0, "experts": 512.0, "topk": 22.0}
+    shape = {
+        **{k: np.full(3, v) for k, v in nem.items()},
+        "tokens": np.full(3, 16384.0),
+        "ep": np.array([1.0, 2.0, 32.0]),
+        "tp": np.ones(3),
+        "routing": "expert_map",
+    }
+    shape["hidden"] = np.array([1024.0, 1024.0, 2048.0])  # the third row: another layer
+    mask = MT.rank0_rows(shape, MT.RANK0_SEGMENTS["sglang_fused_moe_triton"])
+    assert list(mask) == [0.0, 1.0, 0.0]
+    even = moe_rows(shape)[0]
+    clamped = moe_rows({**shape, "rank0": mask})[0]
+    assert clamped[0] == even[0] and clamped[2] == even[2]
+    assert clamped[1] == rank0_clamped_rows(16384.0, 512.0, 22.0, 2.0)[0] == 16384.0 * 22.0  # every token
+    assert clamped[1] > even[1]  # expert_map's rank holds half the picks
+    parts, extra = waves_parts("moe", "bf16", SMS, {**shape, "rank0": mask, "tiling": T.TRITON_FUSED_MOE})
+    assert np.all(np.isfinite(extra)) and np.all(parts[0][2] >= 1.0)

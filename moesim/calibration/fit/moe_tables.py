@@ -69,6 +69,14 @@ GROUPED_ROUTER = frozenset(
 )
 # (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
 GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
+# Table segments collected by aiconfigurator's newer SGLang collector (collector/sglang/collect_moe.py
+# build_rank0_workloads for moe_ep_size > 1: EP rank 0's tokens, remote picks clamped to expert 0 and
+# computed: routing rank0_clamped, moesim.perf.profile.work) inside an expert_map table, by layer dims.
+# aiconfigurator-core 0.12.0 systems/data/h200_sxm/moe/sglang/0.5.14/collection_meta.yaml: "appended
+# 3564 Nemotron-3-Super-120B-A12B moe rows (hidden=1024, inter=2688, 512x22 experts; recollection
+# campaign on stock 0.5.14, AIC revision 1982d8d4)"; the rows show it (EP 2..16 at 16384 tokens
+# 0.97 : 0.96 : 0.95 : 0.94 of EP 1, EP 32 0.65: the clamped workload's 1 : 1 : 1 : 1, 0.67).
+RANK0_SEGMENTS = {"sglang_fused_moe_triton": frozenset({(1024.0, 2688.0, 512.0, 22.0)})}
 
 
 # SGLang's DeepEP-normal contiguous MoE (moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm,
@@ -138,7 +146,18 @@ def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
         out["routing"] = "packed"
     if backends and backends <= GROUPED_ROUTER:
         out.update(router_groups(shape))
+    if len(backends) == 1 and next(iter(backends)) in RANK0_SEGMENTS:
+        out["rank0"] = rank0_rows(shape, RANK0_SEGMENTS[next(iter(backends))])
     return out
+
+
+def rank0_rows(shape: dict, dims: frozenset) -> np.ndarray:
+    """1.0 on the EP > 1 rows whose (hidden, n, experts, topk) is one of `dims` (RANK0_SEGMENTS), else 0."""
+    cols = [np.asarray(shape[c], float) for c in ("hidden", "n", "experts", "topk")]
+    hit = np.zeros(len(shape["tokens"]), bool)
+    for dim in dims:
+        hit |= np.all([c == v for c, v in zip(cols, dim)], axis=0)
+    return (hit & (np.asarray(shape["ep"], float) > 1.0)).astype(float)
 
 
 def router_groups(shape: dict) -> dict:

@@ -114,6 +114,9 @@ def moe_rows(shape: dict):
         if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
             pairs = _grouped_fill(shape, pairs, lambda loads, _: GR.grouped_rows(loads)[0])
             touched = _grouped_fill(shape, touched, lambda loads, _: GR.grouped_rows(loads)[1])
+        if _rank0(shape).any():  # rows of a table segment timed by the rank-0 clamped collector
+            computed, _, hot_touched = rank0_clamped_rows(tokens, experts, topk, ep)
+            pairs, touched = np.where(_rank0(shape), computed, pairs), np.where(_rank0(shape), hot_touched, touched)
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
@@ -128,6 +131,12 @@ def packed_touched(pairs, local):
     (DeepGEMM's grouped_layout lookup), so min(local, ceil(pairs / BLOCK_M)) experts are touched."""
     blocks = np.ceil(np.asarray(pairs, float) / CONTIG_BLOCK_M - 1e-9)
     return np.minimum(np.asarray(local, float), np.maximum(blocks, 1.0))
+
+
+def _rank0(shape: dict):
+    """Rows of an expert_map table whose collector ran the rank0_clamped workload instead (shape key
+    rank0 > 0: a documented table segment, fit.moe_tables.RANK0_SEGMENTS)."""
+    return np.asarray(_opt(shape, "rank0", 0.0), float) > 0.0
 
 
 def _grouped(shape: dict):
@@ -228,16 +237,21 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
     if shape.get("routing") != "expert_map":
         return 0.0
     remote = np.asarray(shape["tokens"], float) * np.asarray(shape["topk"], float) - pairs
+    remote = np.where(_rank0(shape), 0.0, remote)  # the rank-0 workload holds no remote rows
     return np.maximum(remote, 0.0) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
 
 
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
-    if routing in BALANCED_LOCAL:  # exact ceil of even loads; grouped rows: their uneven loads' tiles
-        if not _grouped(shape).any():
+    if routing in BALANCED_LOCAL:  # exact ceil of even loads (pad 1); grouped / rank-0 rows: their tiles
+        if not (_grouped(shape).any() or _rank0(shape).any()):
             return None
         bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
-        return _grouped_fill(shape, np.ones(np.shape(mg)), lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
+        pad = np.ones(np.shape(mg))
+        if _grouped(shape).any():
+            pad = _grouped_fill(shape, pad, lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
+        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
+        return np.where(_rank0(shape), rank0_tile_padding(*args, bm), pad)
     if routing == "packed":  # whole blocks of packed rows: ceil(pairs / BLOCK_M) tiles in all
         pairs = np.maximum(mg * moe_rows(shape)[1], 1e-9)
         return np.ceil(pairs / CONTIG_BLOCK_M - 1e-9) * CONTIG_BLOCK_M / pairs
@@ -296,14 +310,15 @@ def triton_moe_parts(dtype: str, shape: dict):
     ib = E.dtype_bytes(dtype, 1.0)
     args = (shape["tokens"], shape["experts"], _opt(shape, "ep"), shape["n"], _opt(shape, "tp"))
     bm, bn = fused_moe_tiles(*args, dtype)
-    mg = gemms[0][3]
+    mg = np.asarray(gemms[0][3], float)
     pad = _moe_tile_padding(shape, mg)
-    if pad is None:
-        tiles = None
-    elif shape.get("routing") not in (*BALANCED_LOCAL, "packed", "rank0_clamped"):  # random counts
+    tiles = np.ceil(np.maximum(mg, 1e-9) / bm - 1e-9)  # even loads: exact ceil
+    if shape.get("routing") not in (*BALANCED_LOCAL, "packed", "rank0_clamped"):  # random counts
         tiles = E.expected_tiles(mg, bm)
-    else:
-        tiles = np.asarray(mg, float) * pad / bm
+    elif pad is not None:  # uneven loads: padding at DeepGEMM's BLOCK_M; rank-0 rows at this BLOCK_M
+        tiles = np.where(np.asarray(pad) == 1.0, tiles, mg * pad / bm)
+        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
+        tiles = np.where(_rank0(shape), mg * rank0_tile_padding(*args, bm) / bm, tiles)
     parts = []
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
