@@ -111,8 +111,11 @@ def test_rank0_segment_rows_price_the_clamped_workload():
         "routing": "expert_map",
     }
     shape["hidden"] = np.array([1024.0, 1024.0, 2048.0])  # the third row: another layer
-    mask = MT.rank0_rows(shape, MT.RANK0_SEGMENTS["sglang_fused_moe_triton"])
+    mask = MT.rank0_rows(shape, MT.RANK0_SEGMENTS[("sglang_fused_moe_triton", "h200")])
     assert list(mask) == [0.0, 1.0, 0.0]
+    rows = pd.DataFrame({"backend": ["sglang_fused_moe_triton"] * 3, "gpu": ["h200"] * 3})
+    assert list(MT.routing_keys(rows, shape)["rank0"]) == [0.0, 1.0, 0.0]
+    assert "rank0" not in MT.routing_keys(rows.assign(gpu="b200"), shape)  # one system's collection
     even = moe_rows(shape)[0]
     clamped = moe_rows({**shape, "rank0": mask})[0]
     assert clamped[0] == even[0] and clamped[2] == even[2]

@@ -76,7 +76,8 @@ GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
 # 3564 Nemotron-3-Super-120B-A12B moe rows (hidden=1024, inter=2688, 512x22 experts; recollection
 # campaign on stock 0.5.14, AIC revision 1982d8d4)"; the rows show it (EP 2..16 at 16384 tokens
 # 0.97 : 0.96 : 0.95 : 0.94 of EP 1, EP 32 0.65: the clamped workload's 1 : 1 : 1 : 1, 0.67).
-RANK0_SEGMENTS = {"sglang_fused_moe_triton": frozenset({(1024.0, 2688.0, 512.0, 22.0)})}
+# Keyed by (backend, gpu): a segment is one system's collection.
+RANK0_SEGMENTS = {("sglang_fused_moe_triton", "h200"): frozenset({(1024.0, 2688.0, 512.0, 22.0)})}
 
 
 # SGLang's DeepEP-normal contiguous MoE (moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm,
@@ -146,8 +147,10 @@ def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
         out["routing"] = "packed"
     if backends and backends <= GROUPED_ROUTER:
         out.update(router_groups(shape))
-    if len(backends) == 1 and next(iter(backends)) in RANK0_SEGMENTS:
-        out["rank0"] = rank0_rows(shape, RANK0_SEGMENTS[next(iter(backends))])
+    gpus = set(d["gpu"].astype(str)) if "gpu" in d and len(d) else set()
+    key = (next(iter(backends)), next(iter(gpus))) if len(backends) == len(gpus) == 1 else None
+    if key in RANK0_SEGMENTS:
+        out["rank0"] = rank0_rows(shape, RANK0_SEGMENTS[key])
     return out
 
 
