@@ -116,6 +116,10 @@ def test_rank0_segment_rows_price_the_clamped_workload():
     rows = pd.DataFrame({"backend": ["sglang_fused_moe_triton"] * 3, "gpu": ["h200"] * 3})
     assert list(MT.routing_keys(rows, shape)["rank0"]) == [0.0, 1.0, 0.0]
     assert "rank0" not in MT.routing_keys(rows.assign(gpu="b200"), shape)  # one system's collection
+    table = rows.assign(**{k: shape[k] for k in ("tokens", "hidden", "n", "experts", "topk", "ep")})
+    notes = []
+    MT.fit_rows(table, "fused bf16 x", frozenset({"sglang_fused_moe_triton"}), notes)
+    assert list(MT.rank0_segment(table)) == [False, True, False] and "1 EP > 1 rows" in notes[0]
     even = moe_rows(shape)[0]
     clamped = moe_rows({**shape, "rank0": mask})[0]
     assert clamped[0] == even[0] and clamped[2] == even[2]

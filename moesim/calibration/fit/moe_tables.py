@@ -154,6 +154,18 @@ def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
     return out
 
 
+def rank0_segment(d: pd.DataFrame) -> np.ndarray:
+    """Row mask of moe rows `d` (one backend) in a RANK0_SEGMENTS segment (the fit's note)."""
+    if not len(d) or "gpu" not in d:
+        return np.zeros(len(d), bool)
+    key = (str(d.backend.iloc[0]), str(d.gpu.iloc[0]))
+    if key not in RANK0_SEGMENTS or d.backend.nunique() != 1 or d.gpu.nunique() != 1:
+        return np.zeros(len(d), bool)
+    shape = {c: d[c].astype(float).values for c in ("tokens", "hidden", "n", "experts", "topk")}
+    shape["ep"] = d["ep"].astype(float).fillna(1.0).values if "ep" in d else np.ones(len(d))
+    return rank0_rows(shape, RANK0_SEGMENTS[key]) > 0.0
+
+
 def rank0_rows(shape: dict, dims: frozenset) -> np.ndarray:
     """1.0 on the EP > 1 rows whose (hidden, n, experts, topk) is one of `dims` (RANK0_SEGMENTS), else 0."""
     cols = [np.asarray(shape[c], float) for c in ("hidden", "n", "experts", "topk")]
@@ -197,6 +209,9 @@ def fit_rows(g: pd.DataFrame, label: str, routed: frozenset, notes: list) -> pd.
     """Rows of one moe (layout, dtype, backend) group to fit: dominated rows of a fused layer dropped
     (with a note) unless the backend's collector routes unevenly (`routed`: rank-0 or expert-map
     workloads)."""
+    seg = rank0_segment(g)
+    if seg.any():
+        notes.append(f"moe {label}: {int(seg.sum())} EP > 1 rows of a rank-0 collector segment priced as rank0_clamped")
     if not len(g) or set(g.backend) & routed or set(g.get("layout", ["fused"])) != {"fused"}:
         return g  # DeepEP layouts (masked / contiguous) time a rank's own received tokens
     bad = dominated(g)
