@@ -66,11 +66,12 @@ def test_tiling_key_moves_the_modelled_time():
     assert len(grouped[0]) == 7  # the layout rule is the normal GEMM's: grouped shapes keep gemm_tiling
 
 
-def test_entry_keys_only_for_gemm():
+def test_entry_keys_only_for_gemm_and_moe():
     v = {"model_keys": {"tiling": DEEPGEMM_SM90}, "act_quant_in_rows": True}
     assert entry_keys("gemm", v) == {"tiling": DEEPGEMM_SM90}
     assert entry_keys("gemm", {"act_quant_in_rows": True}) == {}  # a profile fitted without the keys
-    assert entry_keys("moe", v) == {}
+    assert entry_keys("moe", v) == {"tiling": DEEPGEMM_SM90}  # a Triton moe fit's tiling (perf.triton_moe)
+    assert entry_keys("quant", v) == {}
 
 
 def _rows(backend, source="aiconfigurator-core 0.12.0 h200_sxm sglang gemm_perf"):

@@ -101,7 +101,7 @@ def _subset(idx: np.ndarray, n: int = FIT_ROWS) -> np.ndarray:
 def gemm_keys(family: str, d: pd.DataFrame, dtype: str, peaks: Peaks) -> dict:
     """The entry's `model_keys` (the reader adds them to the priced shape): tiling "deepgemm_sm90" / "deepgemm_sm100"
     for DeepGEMM's normal FP8 GEMM on Hopper / Blackwell (its layout heuristic, moesim.perf.deepgemm_layout*)."""
-    keys = {}
+    keys = MT.tiling_keys(d, dtype, peaks.sm_generation) if family == "moe" else {}  # Triton MoE tiles
     if family != "gemm" or not len(d):
         return keys
     deepgemm = "backend" in d and d["backend"].astype(str).str.lower().str.contains("deepgemm").all()

@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.perf.triton_moe import TRITON_FUSED_MOE
+
 FINALIZE_BYTES = 2.0  # finalizeMoeRouting: one BF16 output row per token
 NOOP_COPY_BYTES = 4.0  # vLLM TopKWeightAndReduceNoOP: output.copy_ (BF16 read + write)
 TOKEN_BYTES = {
@@ -67,6 +69,15 @@ GROUPED_ROUTER = frozenset(
 )
 # (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
 GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
+# Table segments collected by aiconfigurator's newer SGLang collector (collector/sglang/collect_moe.py
+# build_rank0_workloads for moe_ep_size > 1: EP rank 0's tokens, remote picks clamped to expert 0 and
+# computed: routing rank0_clamped, moesim.perf.profile.work) inside an expert_map table, by layer dims.
+# aiconfigurator-core 0.12.0 systems/data/h200_sxm/moe/sglang/0.5.14/collection_meta.yaml: "appended
+# 3564 Nemotron-3-Super-120B-A12B moe rows (hidden=1024, inter=2688, 512x22 experts; recollection
+# campaign on stock 0.5.14, AIC revision 1982d8d4)"; the rows show it (EP 2..16 at 16384 tokens
+# 0.97 : 0.96 : 0.95 : 0.94 of EP 1, EP 32 0.65: the clamped workload's 1 : 1 : 1 : 1, 0.67).
+# Keyed by (backend, gpu): a segment is one system's collection.
+RANK0_SEGMENTS = {("sglang_fused_moe_triton", "h200"): frozenset({(1024.0, 2688.0, 512.0, 22.0)})}
 
 
 # SGLang's DeepEP-normal contiguous MoE (moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm,
@@ -85,6 +96,25 @@ PASSES = {("deepepmoe", "contiguous"): CONTIGUOUS_PASSES}
 # the profiler's op records) is in the row and the GPU work overlaps it, t = max(host, GPU): a fitted
 # host_us (the flat ~380 us floor of the H200 table up to ~512 tokens per rank at every EP)
 HOST_TIMED = frozenset({("deepepmoe", "contiguous")})
+
+# moe tables priced with the Triton fused_moe_kernel's own tiles (tiling "triton_fused_moe",
+# moesim.perf.triton_moe): the engine and dtype whose tuned H200 configs triton_moe.TUNED transcribes
+# (SGLang, unquantized). vLLM's Triton rows (its own tuned files) and the FP8-block ones (tuned
+# block-shape files for DeepSeek-like layers, not transcribed) keep the DeepGEMM-like tiling: the
+# default rule alone moved them the wrong way (10-fold p90 SGLang FP8 12.4 -> 14.1, vLLM BF16 16.5 -> 18.0).
+TRITON_TILED = frozenset({"sglang_fused_moe_triton"})
+TRITON_TILED_DTYPES = frozenset({"bf16"})
+
+
+def tiling_keys(d: pd.DataFrame, dtype: str, sm_generation: int = 9) -> dict:
+    """The `tiling` model key of moe rows `d` (one backend and dtype) measured on a GPU of SM
+    generation `sm_generation`: the Triton kernel's own tiles for TRITON_TILED tables on Hopper (the
+    tuned files of triton_moe.TUNED are H200's; B200 / GB200 rows keep the prior tiling), else none
+    (the DeepGEMM-like tiling of moesim.perf.efficiency)."""
+    hopper = sm_generation == 9
+    if hopper and len(d) and set(d.backend) <= TRITON_TILED and dtype in TRITON_TILED_DTYPES:
+        return {"tiling": TRITON_FUSED_MOE}
+    return {}
 
 
 def _group(d: pd.DataFrame) -> tuple:
@@ -117,7 +147,32 @@ def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
         out["routing"] = "packed"
     if backends and backends <= GROUPED_ROUTER:
         out.update(router_groups(shape))
+    gpus = set(d["gpu"].astype(str)) if "gpu" in d and len(d) else set()
+    key = (next(iter(backends)), next(iter(gpus))) if len(backends) == len(gpus) == 1 else None
+    if key in RANK0_SEGMENTS:
+        out["rank0"] = rank0_rows(shape, RANK0_SEGMENTS[key])
     return out
+
+
+def rank0_segment(d: pd.DataFrame) -> np.ndarray:
+    """Row mask of moe rows `d` (one backend) in a RANK0_SEGMENTS segment (the fit's note)."""
+    if not len(d) or "gpu" not in d:
+        return np.zeros(len(d), bool)
+    key = (str(d.backend.iloc[0]), str(d.gpu.iloc[0]))
+    if key not in RANK0_SEGMENTS or d.backend.nunique() != 1 or d.gpu.nunique() != 1:
+        return np.zeros(len(d), bool)
+    shape = {c: d[c].astype(float).values for c in ("tokens", "hidden", "n", "experts", "topk")}
+    shape["ep"] = d["ep"].astype(float).fillna(1.0).values if "ep" in d else np.ones(len(d))
+    return rank0_rows(shape, RANK0_SEGMENTS[key]) > 0.0
+
+
+def rank0_rows(shape: dict, dims: frozenset) -> np.ndarray:
+    """1.0 on the EP > 1 rows whose (hidden, n, experts, topk) is one of `dims` (RANK0_SEGMENTS), else 0."""
+    cols = [np.asarray(shape[c], float) for c in ("hidden", "n", "experts", "topk")]
+    hit = np.zeros(len(shape["tokens"]), bool)
+    for dim in dims:
+        hit |= np.all([c == v for c, v in zip(cols, dim)], axis=0)
+    return (hit & (np.asarray(shape["ep"], float) > 1.0)).astype(float)
 
 
 def router_groups(shape: dict) -> dict:
@@ -154,6 +209,9 @@ def fit_rows(g: pd.DataFrame, label: str, routed: frozenset, notes: list) -> pd.
     """Rows of one moe (layout, dtype, backend) group to fit: dominated rows of a fused layer dropped
     (with a note) unless the backend's collector routes unevenly (`routed`: rank-0 or expert-map
     workloads)."""
+    seg = rank0_segment(g)
+    if seg.any():
+        notes.append(f"moe {label}: {int(seg.sum())} EP > 1 rows of a rank-0 collector segment priced as rank0_clamped")
     if not len(g) or set(g.backend) & routed or set(g.get("layout", ["fused"])) != {"fused"}:
         return g  # DeepEP layouts (masked / contiguous) time a rank's own received tokens
     bad = dominated(g)

@@ -13,6 +13,7 @@ from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.deepgemm_layout_sm100 import sm100_fp8_layout
 from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.schema import STREAM
+from moesim.perf.triton_moe import TRITON_FUSED_MOE, fused_moe_ctas, fused_moe_tiles
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
 
@@ -122,6 +123,9 @@ def moe_rows(shape: dict):
         if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
             pairs = _grouped_fill(shape, pairs, lambda loads, _: GR.grouped_rows(loads)[0])
             touched = _grouped_fill(shape, touched, lambda loads, _: GR.grouped_rows(loads)[1])
+        if _rank0(shape).any():  # rows of a table segment timed by the rank-0 clamped collector
+            computed, _, hot_touched = rank0_clamped_rows(tokens, experts, topk, ep)
+            pairs, touched = np.where(_rank0(shape), computed, pairs), np.where(_rank0(shape), hot_touched, touched)
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
     return pairs, np.maximum(touched, 1e-9), local
@@ -136,6 +140,12 @@ def packed_touched(pairs, local):
     (DeepGEMM's grouped_layout lookup), so min(local, ceil(pairs / BLOCK_M)) experts are touched."""
     blocks = np.ceil(np.asarray(pairs, float) / CONTIG_BLOCK_M - 1e-9)
     return np.minimum(np.asarray(local, float), np.maximum(blocks, 1.0))
+
+
+def _rank0(shape: dict):
+    """Rows of an expert_map table whose collector ran the rank0_clamped workload instead (shape key
+    rank0 > 0: a documented table segment, fit.moe_tables.RANK0_SEGMENTS)."""
+    return np.asarray(_opt(shape, "rank0", 0.0), float) > 0.0
 
 
 def _grouped(shape: dict):
@@ -236,16 +246,21 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
     if shape.get("routing") != "expert_map":
         return 0.0
     remote = np.asarray(shape["tokens"], float) * np.asarray(shape["topk"], float) - pairs
+    remote = np.where(_rank0(shape), 0.0, remote)  # the rank-0 workload holds no remote rows
     return np.maximum(remote, 0.0) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
 
 
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
-    if routing in BALANCED_LOCAL:  # exact ceil of even loads; grouped rows: their uneven loads' tiles
-        if not _grouped(shape).any():
+    if routing in BALANCED_LOCAL:  # exact ceil of even loads (pad 1); grouped / rank-0 rows: their tiles
+        if not (_grouped(shape).any() or _rank0(shape).any()):
             return None
         bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
-        return _grouped_fill(shape, np.ones(np.shape(mg)), lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
+        pad = np.ones(np.shape(mg))
+        if _grouped(shape).any():
+            pad = _grouped_fill(shape, pad, lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
+        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
+        return np.where(_rank0(shape), rank0_tile_padding(*args, bm), pad)
     if routing == "packed":  # whole blocks of packed rows: ceil(pairs / BLOCK_M) tiles in all
         pairs = np.maximum(mg * moe_rows(shape)[1], 1e-9)
         return np.ceil(pairs / CONTIG_BLOCK_M - 1e-9) * CONTIG_BLOCK_M / pairs
@@ -259,7 +274,7 @@ def entry_keys(family: str, v: dict) -> dict:
     """Shape keys a fitted GEMM variant adds to the priced shape (its `model_keys`: the `tiling` rule;
     moesim.calibration.fit.gemm.gemm_keys).
     Entries fitted before these keys existed have none and keep the model they were fitted with."""
-    return dict(v.get("model_keys") or {}) if family == "gemm" else {}
+    return dict(v.get("model_keys") or {}) if family in ("gemm", "moe") else {}
 
 
 def waves_parts(family: str, dtype: str, sms, shape: dict):
@@ -268,6 +283,8 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     tiling "deepgemm_sm90" / "deepgemm_sm100": DeepGEMM's own layout (block sizes, multicast; moesim.perf.deepgemm_layout
     and deepgemm_layout_sm100)."""
     ib = E.dtype_bytes(dtype, 1.0)
+    if family == "moe" and shape.get("tiling") == TRITON_FUSED_MOE:  # the engine's Triton config
+        return triton_moe_parts(dtype, shape)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
         # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
@@ -289,6 +306,33 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype), w)
         ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad, bm_min=bm_min)
+        parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
+    return parts, extra
+
+
+def triton_moe_parts(dtype: str, shape: dict):
+    """waves_parts of a fused-MoE layer run by the Triton fused_moe_kernel (moesim.perf.triton_moe):
+    both GEMMs with the engine's (BLOCK_SIZE_M, BLOCK_SIZE_N) for the layer, M tiles per touched
+    expert exact for even loads, expected for random counts (efficiency.expected_tiles at BLOCK_M),
+    else from the routing's padding (grouped / rank-0 loads); a program loads its BLOCK_M token rows
+    (masked: padded rows move no bytes) and BLOCK_N weight rows per k-block."""
+    gemms, extra = moe_parts(dtype, shape)
+    ib = E.dtype_bytes(dtype, 1.0)
+    args = (shape["tokens"], shape["experts"], _opt(shape, "ep"), shape["n"], _opt(shape, "tp"))
+    bm, bn = fused_moe_tiles(*args, dtype)
+    mg = np.asarray(gemms[0][3], float)
+    pad = _moe_tile_padding(shape, mg)
+    tiles = np.ceil(np.maximum(mg, 1e-9) / bm - 1e-9)  # even loads: exact ceil
+    if shape.get("routing") not in (*BALANCED_LOCAL, "packed", "rank0_clamped"):  # random counts
+        tiles = E.expected_tiles(mg, bm)
+    elif pad is not None:  # uneven loads: padding at DeepGEMM's BLOCK_M; rank-0 rows at this BLOCK_M
+        tiles = np.where(np.asarray(pad) == 1.0, tiles, mg * pad / bm)
+        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
+        tiles = np.where(_rank0(shape), mg * rank0_tile_padding(*args, bm) / bm, tiles)
+    parts = []
+    for _, _, _, m, n, k, g in gemms:
+        _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
+        ctas = fused_moe_ctas(m, n, g, bm, bn, tiles)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
     return parts, extra
 
