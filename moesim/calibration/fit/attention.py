@@ -229,8 +229,9 @@ def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float
         ],
     }
     if key:
-        phys = cv_block(cv_errs["physics"], len(parts), small)
-        cv["physics"] = {k: phys[k] for k in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "small")}
+        for name, e in (("physics", cv_errs["physics"]), ("leave_one_shape_out", cv_errs["loso"])):
+            b = cv_block(e, len(parts), small)  # LOSO: fit.residual (one exact shape held out of R)
+            cv[name] = {k: b[k] for k in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "small")}
         cv["corrected_by"] = "measured residual (moesim.perf.profile.residual)"
         R.attach(out, key, R.AXES[family], *R.residual_arrays(data, pts, p))
     return out
