@@ -44,6 +44,12 @@ XQA_MIN_BLOCK_FACTOR = 4.0  # kEnableMinBlockFactor
 XQA_TARGET_WAVES = 8.0  # kTargetWaveFactor (computeMultiBlockCount)
 MMHA_BACKENDS = ("torch_flow",)  # the tables of TRT-LLM's attention op (TrtllmAttention)
 XQA, MMHA = "xqa", "mmha"
+# On SM100 TRT-LLM runs its TRTLLM-GEN generation kernels for MHA and GQA alike (AttentionOp
+# mUseTllmGen = SM >= 100 except 120/121; XqaDispatcher::shouldUse falls back to MMHA only for beam
+# search, StreamingLLM, cross attention): there the rows Hopper runs on MMHA keep their own variant
+# `<key>.mmha` with the split-KV grid of one CTA per (request, query head, KV split) of split_grid
+# (TRTLLM-GEN's own tile scheduler is not modelled), not MMHA's launch
+TLLM_GEN = "trtllm_gen"
 # MMHA launch (decoderMaskedMultiheadAttentionLaunch.h mmha_launch_kernel_ex / multi_block_grid_setup):
 # below 4 CTAs per SM the block grows from 256 threads to fill the SMs (at most 32 warps per SM,
 # register-bound), and the KV is split into at most ceil(SMs x blocks per SM / CTAs) blocks of at
@@ -91,6 +97,19 @@ def mmha_rows(heads, kv_heads, batch, context, sms, kv_bytes=2.0):
 def mmha_splits(batch, heads, context, sms):
     """MMHA multi-block count per (request, query head) CTA (mmha_grid)."""
     return mmha_grid(batch, heads, context, sms)[0]
+
+
+def split_grid(batch, heads, context, sms):
+    """KV splits per (request, head) CTA of TLLM_GEN's rows: MMHA's balanced split without the
+    workspace cap or the occupancy (SMs x 4 blocks of 256 threads, merged up to 1024 threads, at
+    least one 8-key loop per split, none from 4 CTAs per SM on)."""
+    ctas = np.maximum(_a(batch) * _a(heads), 1.0)
+    per_sm = MMHA_WARPS_PER_SM * 32.0 / MMHA_THREADS
+    block = np.minimum(MMHA_THREADS * np.minimum(np.ceil(sms * per_sm / ctas), per_sm), 1024.0)
+    block = np.where(block < 512.0, MMHA_THREADS, np.where(block < 1024.0, 512.0, 1024.0))
+    balanced = np.ceil(sms * (MMHA_WARPS_PER_SM * 32.0 / block) / ctas)
+    loops = np.ceil((_a(context) + 1.0) / (block / MMHA_THREADS_PER_VALUE * MMHA_UNROLL))
+    return np.where(ctas >= 4.0 * sms, 1.0, np.clip(balanced, 1.0, np.maximum(loops, 1.0)))
 
 
 def xqa_splits(batch, kv_heads, context, sms):
@@ -154,6 +173,9 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
         elif kernel == MMHA:  # one CTA per (request, query head, KV block), `per_sm` resident per SM:
             splits, _, per_sm = mmha_grid(b, h, c, sms)  # counted in SM-fulls (waves = ceil(CTAs / slots))
             ctas = np.maximum(b, 1.0) * h * splits / per_sm
+        elif kernel == TLLM_GEN:
+            splits = split_grid(b, h, c, sms)
+            ctas = np.maximum(b, 1.0) * h * splits
     dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
     combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
     # the query tiles of one KV head run concurrently and share its KV through L2: read once
@@ -285,6 +307,6 @@ def entry_sides(family: str, entry: dict, shape: dict, peak, bw, sms, factor=Non
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            c_mm, m_mm, f_mm = sides(mm, MMHA)
+            c_mm, m_mm, f_mm = sides(mm, mm.get("kernel", MMHA))
             c, m, fixed = np.where(sel, c_mm, c), np.where(sel, m_mm, m), np.where(sel, f_mm, fixed)
     return c, m, fixed, F, B - split

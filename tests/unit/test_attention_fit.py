@@ -102,6 +102,8 @@ def test_fit_recovers_synthetic_parameters():
         assert got[name] == pytest.approx(P[name], rel=0.03), name
     assert e["model"] == S.MLA_V2 and e["cv"]["median_abs_pct"] < 1.0 and e["cv"]["p90_abs_pct"] < 2.0
     assert e["cv"]["small"]["rows"] > 0 and e["variant"] == "bf16"
+    loso = e["cv"]["leave_one_shape_out"]  # beside the 10 grouped folds, as the GEMM / MoE entries
+    assert loso["median_abs_pct"] < 1.0 and loso["small"]["rows"] == e["cv"]["small"]["rows"]
 
 
 def _profile(entry):
@@ -243,6 +245,23 @@ def test_mmha_long_contexts_split_for_shared_memory_and_lose_occupancy():
     assert A.mmha_grid(64.0, 32.0, 8192.0, SMS)[2] == 4.0
     t = [A.attn_work("attention", _mha(64.0, 32.0, c), 2.0, SMS)[2] for c in (8192.0, 32768.0)]
     assert t[1] == 4.0 * t[0]  # four times the waves of CTAs at 32k keys
+
+
+def test_sm100_rows_of_the_mmha_split_run_trtllm_gen_with_the_split_grid():
+    d = pd.DataFrame({"mode": "generation", "backend": "torch_flow", "dtype": "bf16", "heads": [32.0, 32.0],
+                      "groups": [8.0, 32.0], "batch": 64.0, "q_len": 1.0, "context": 4096.0, "k": 128.0})  # fmt: skip
+    assert list(FA.kernel_of(d, "attention", 148, 10)) == [A.XQA, A.TLLM_GEN]  # AttentionOp mUseTllmGen
+    # 4 x 64 = 256 CTAs at 512 keys: MMHA's workspace allows no split, the split grid splits in 2
+    shape = {**_mha(4.0, 64.0, 512.0), "kernel": A.TLLM_GEN}
+    assert A.attn_work("attention", shape, 2.0, SMS)[2] == 512.0
+    mmha = {**P, "alpha_us": 50.0}
+    e = {"params": P, "dtype": "bf16", "variants": {
+        "generation.bf16.d128": {"params": P, "kernel": A.XQA},
+        "generation.bf16.d128.mmha": {"params": mmha, "kernel": A.TLLM_GEN}}}  # fmt: skip
+    c, m, *_ = A.entry_sides("attention", e, {**shape, "kv_dtype": "bf16", "kernel": None}, PEAK, BW, SMS)
+    one = {**e, "variants": {**e["variants"], "generation.bf16.d128.mmha": {"params": mmha, "kernel": A.MMHA}}}
+    c1, m1, *_ = A.entry_sides("attention", one, {**shape, "kv_dtype": "bf16", "kernel": None}, PEAK, BW, SMS)
+    assert max(c, m) > max(c1, m1)  # the variant's own kernel prices its rows (4 waves vs 1)
 
 
 def _mha(batch, heads, context):
