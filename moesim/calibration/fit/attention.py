@@ -3,7 +3,8 @@ the mla_v2 time model of moesim.perf.attention_eff, fitted per variant (phase x 
 robust least squares on log(predicted / measured) (soft-L1: a few glitched rows in the imported
 tables, e.g. one 1.47 ms row among 15 us neighbours, must not pull the fit). Cross-validation holds
 out whole shapes (every context of one batch x heads x head-dim curve: grouped k-fold), and reports
-the median and p90 |error|, also for decode-sized shapes (<= 64 tokens, context <= 8192).
+the median and p90 |error|, also for decode-sized shapes (<= 64 tokens, context <= 8192); beside
+it the physics alone and leave-one-shape-out (fit.residual: one exact shape held out of the residual).
 """
 
 from __future__ import annotations
