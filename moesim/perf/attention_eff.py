@@ -44,11 +44,44 @@ XQA_MIN_BLOCK_FACTOR = 4.0  # kEnableMinBlockFactor
 XQA_TARGET_WAVES = 8.0  # kTargetWaveFactor (computeMultiBlockCount)
 MMHA_BACKENDS = ("torch_flow",)  # the tables of TRT-LLM's attention op (TrtllmAttention)
 XQA, MMHA = "xqa", "mmha"
+# On SM100 TRT-LLM runs its TRTLLM-GEN generation kernels for MHA and GQA alike (AttentionOp
+# mUseTllmGen = SM >= 100 except 120/121; XqaDispatcher::shouldUse falls back to MMHA only for beam
+# search, StreamingLLM, cross attention): there the rows Hopper runs on MMHA keep their own variant
+# `<key>.mmha` with the split-KV grid of one CTA per (request, query head, KV split) of split_grid
+# (TRTLLM-GEN's own tile scheduler is not modelled), not MMHA's launch
+TLLM_GEN = "trtllm_gen"
 # MMHA launch (decoderMaskedMultiheadAttentionLaunch.h mmha_launch_kernel_ex / multi_block_grid_setup):
 # below 4 CTAs per SM the block grows from 256 threads to fill the SMs (at most 32 warps per SM,
 # register-bound), and the KV is split into at most ceil(SMs x blocks per SM / CTAs) blocks of at
-# least one KV loop (block threads / threads per value x unroll 8 keys; 16 threads per 128-dim value)
+# least one KV loop (block threads / threads per value x unroll 8 keys; 16 threads per 128-dim value).
+# The split count is capped at the workspace's max_seq_len_tile (AttentionOp::enqueueGeneration:
+# max(getMaxNumSeqLenTile = ceil(SMs / (batch x heads)), the shared-memory minimum): one wave of one
+# block per SM), so from batch x heads > SMs on there is no multi-block unless the logits do not fit.
 MMHA_THREADS, MMHA_WARPS_PER_SM, MMHA_THREADS_PER_VALUE, MMHA_UNROLL = 256.0, 32.0, 16.0, 8.0
+# shared memory: the block keeps the QK logits of its keys, 16 B per 4 keys in FP32 plus 4 x 2 B
+# BF16 logits (estimate_min_multi_block_count / smem_size_in_bytes), in at most the opt-in block
+# limit minus 2 KiB (Hopper sharedMemPerBlockOptin 227 KiB); blocks per SM share 228 KiB, 1 KiB each reserved
+MMHA_SMEM_PER_4_KEYS_B, MMHA_SMEM_BLOCK_B, MMHA_SMEM_SM_B, MMHA_SMEM_RESERVED_B = 24.0, 232448.0, 233472.0, 1024.0
+
+
+def mmha_grid(batch, heads, context, sms):
+    """(KV splits, block threads, resident blocks per SM) of TRT-LLM's MMHA call (constants above);
+    context: the past KV length (tlength; the kernel reads it plus the new token)."""
+    ctas, keys = np.maximum(_a(batch) * _a(heads), 1.0), _a(context) + 1.0
+    per_4 = (MMHA_SMEM_BLOCK_B - 2048.0) // MMHA_SMEM_PER_4_KEYS_B
+    min_tile = np.maximum(np.ceil(np.ceil(keys / 4.0) / per_4), 1.0)  # the logits must fit
+    max_tile = np.maximum(np.ceil(sms / ctas), min_tile)
+    multi = max_tile > 1.0
+    per_sm = MMHA_WARPS_PER_SM * 32.0 / MMHA_THREADS  # 256-thread blocks an SM holds
+    grow = np.minimum(MMHA_THREADS * np.minimum(np.ceil(sms * per_sm / ctas), per_sm), 1024.0)
+    block = np.where(grow < 512.0, MMHA_THREADS, np.where(grow < 1024.0, 512.0, 1024.0))
+    block = np.where(~multi & (ctas >= 4.0 * sms), MMHA_THREADS, block)
+    fit = MMHA_WARPS_PER_SM * 32.0 / block  # register-bound blocks per SM
+    loops = np.ceil(keys / (block / MMHA_THREADS_PER_VALUE * MMHA_UNROLL))
+    tile = np.clip(np.ceil(sms * fit / ctas), min_tile, np.maximum(np.minimum(loops, max_tile), min_tile))
+    splits = np.where(multi, tile, 1.0)
+    smem = np.ceil(np.ceil(keys / splits) / 4.0) * MMHA_SMEM_PER_4_KEYS_B + MMHA_SMEM_RESERVED_B
+    return splits, block, np.maximum(np.minimum(fit, np.floor(MMHA_SMEM_SM_B / smem)), 1.0)
 
 
 def mmha_rows(heads, kv_heads, batch, context, sms, kv_bytes=2.0):
@@ -62,9 +95,16 @@ def mmha_rows(heads, kv_heads, batch, context, sms, kv_bytes=2.0):
 
 
 def mmha_splits(batch, heads, context, sms):
-    """MMHA multi-block count per (request, query head) CTA (constants above)."""
+    """MMHA multi-block count per (request, query head) CTA (mmha_grid)."""
+    return mmha_grid(batch, heads, context, sms)[0]
+
+
+def split_grid(batch, heads, context, sms):
+    """KV splits per (request, head) CTA of TLLM_GEN's rows: MMHA's balanced split without the
+    workspace cap or the occupancy (SMs x 4 blocks of 256 threads, merged up to 1024 threads, at
+    least one 8-key loop per split, none from 4 CTAs per SM on)."""
     ctas = np.maximum(_a(batch) * _a(heads), 1.0)
-    per_sm = MMHA_WARPS_PER_SM * 32.0 / MMHA_THREADS  # 256-thread blocks an SM holds
+    per_sm = MMHA_WARPS_PER_SM * 32.0 / MMHA_THREADS
     block = np.minimum(MMHA_THREADS * np.minimum(np.ceil(sms * per_sm / ctas), per_sm), 1024.0)
     block = np.where(block < 512.0, MMHA_THREADS, np.where(block < 1024.0, 512.0, 1024.0))
     balanced = np.ceil(sms * (MMHA_WARPS_PER_SM * 32.0 / block) / ctas)
@@ -127,9 +167,15 @@ def attn_work(family: str, shape: dict, kv_bytes: float, sms: int, split_kv=SPLI
         kernel = shape.get("kernel")
         # MMHA: one CTA per query head (the heads of one KV head share its reads through L2)
         ctas, reads, splits = decode_grid(b, s, h, h if kernel == MMHA else kvh, c, sms, split_kv)
-        if kernel in (XQA, MMHA):  # one CTA per (request, KV or query head, KV block)
-            splits = xqa_splits(b, kvh, c, sms) if kernel == XQA else mmha_splits(b, h, c, sms)
-            ctas = np.maximum(b, 1.0) * (kvh if kernel == XQA else h) * splits
+        if kernel == XQA:  # one CTA per (request, KV head, KV block)
+            splits = xqa_splits(b, kvh, c, sms)
+            ctas = np.maximum(b, 1.0) * kvh * splits
+        elif kernel == MMHA:  # one CTA per (request, query head, KV block), `per_sm` resident per SM:
+            splits, _, per_sm = mmha_grid(b, h, c, sms)  # counted in SM-fulls (waves = ceil(CTAs / slots))
+            ctas = np.maximum(b, 1.0) * h * splits / per_sm
+        elif kernel == TLLM_GEN:
+            splits = split_grid(b, h, c, sms)
+            ctas = np.maximum(b, 1.0) * h * splits
     dv = MLA_DIMS["latent"] if family == "mla_decode" else _a(shape.get("k"), 128.0)
     combine = np.where(splits > 1, 2.0 * PARTIAL_BYTES * b * s * h * dv * splits, 0.0)
     # the query tiles of one KV head run concurrently and share its KV through L2: read once
@@ -261,6 +307,6 @@ def entry_sides(family: str, entry: dict, shape: dict, peak, bw, sms, factor=Non
         h = _a(shape.get("heads"))
         sel = mmha_rows(h, shape.get("groups"), shape.get("batch"), shape.get("context"), sms, kvb)
         if np.any(sel):
-            c_mm, m_mm, f_mm = sides(mm, MMHA)
+            c_mm, m_mm, f_mm = sides(mm, mm.get("kernel", MMHA))
             c, m, fixed = np.where(sel, c_mm, c), np.where(sel, m_mm, m), np.where(sel, f_mm, fixed)
     return c, m, fixed, F, B - split

@@ -102,6 +102,8 @@ def test_fit_recovers_synthetic_parameters():
         assert got[name] == pytest.approx(P[name], rel=0.03), name
     assert e["model"] == S.MLA_V2 and e["cv"]["median_abs_pct"] < 1.0 and e["cv"]["p90_abs_pct"] < 2.0
     assert e["cv"]["small"]["rows"] > 0 and e["variant"] == "bf16"
+    loso = e["cv"]["leave_one_shape_out"]  # beside the 10 grouped folds, as the GEMM / MoE entries
+    assert loso["median_abs_pct"] < 1.0 and loso["small"]["rows"] == e["cv"]["small"]["rows"]
 
 
 def _profile(entry):
@@ -209,10 +211,62 @@ def test_xqa_and_mmha_multi_block_grids():
     # MMHA: 1024-thread blocks below 4 CTAs per SM, one split per 512 keys up to ceil(SMs / CTAs)
     assert list(A.mmha_splits(1.0, 128.0, np.array([256.0, 512.0, 16384.0]), SMS)) == [1.0, 2.0, 2.0]
     assert list(A.mmha_splits(1.0, 16.0, np.array([1024.0, 8192.0]), SMS)) == [3.0, 9.0]
-    assert A.mmha_splits(64.0, 32.0, 65536.0, SMS) == 1.0  # >= 4 CTAs per SM: no multi-block
+    assert A.mmha_splits(64.0, 32.0, 4096.0, SMS) == 1.0  # >= 4 CTAs per SM: no multi-block
     shape = {"batch": 1.0, "q_len": 1.0, "heads": 128.0, "groups": 1.0, "k": 128.0, "context": 512.0}
     _, _, ctas, _, split = A.attn_work("attention", {**shape, "kernel": A.MMHA}, 2.0, SMS)
-    assert ctas == 256.0 and split > 0  # one CTA per query head and KV block
+    assert ctas == 256.0 and split > 0  # one CTA per query head and KV block, one 1024-thread CTA per SM
+
+
+def test_mmha_grid_follows_trtllm_launch():
+    c = np.array([128.0, 256.0, 512.0, 8192.0])
+    # batch x heads above the SMs: the workspace holds one split (max_seq_len_tile = ceil(SMs / CTAs)),
+    # so no multi-block however long the context (was: 2 splits from 256 keys on, 4 x 64 = 256 CTAs)
+    splits, block, per_sm = A.mmha_grid(4.0, 64.0, c, SMS)
+    assert list(splits) == [1.0] * 4
+    assert list(block) == [512.0] * 4 and list(per_sm) == [2.0] * 4  # 3 x 256 threads -> 512, 2 per SM
+    # ... one wave: 256 CTAs in 132 x 2 slots, counted as 128 SM-fulls
+    _, _, ctas, _, split = A.attn_work("attention", _mha(4.0, 64.0, 512.0), 2.0, SMS)
+    assert ctas == 128.0 and split == 0.0
+    # 160 CTAs: 4 x 256 threads -> 1024, one per SM: two waves
+    _, block, per_sm = A.mmha_grid(32.0, 5.0, 2.0, SMS)
+    assert (block, per_sm) == (1024.0, 1.0)
+    assert A.waves_of(A.attn_work("attention", _mha(32.0, 5.0, 2.0), 2.0, SMS)[2], SMS) == 2.0
+    # >= 4 CTAs per SM: 256 threads, 4 per SM
+    assert A.mmha_grid(64.0, 32.0, 2.0, SMS)[1:] == (256.0, 4.0)
+
+
+def test_mmha_long_contexts_split_for_shared_memory_and_lose_occupancy():
+    # the QK logits take 6 B per key in shared memory, at most 227 KiB - 2 KiB per block: 38,400 keys
+    assert A.mmha_grid(64.0, 32.0, 38398.0, SMS)[0] == 1.0
+    assert A.mmha_grid(64.0, 32.0, 38400.0, SMS)[0] == 2.0  # forced multi-block though 2048 CTAs
+    assert A.mmha_grid(64.0, 32.0, 131072.0, SMS)[0] == 4.0
+    # a block holding 32k keys' logits (~197 KiB) is alone on its SM; 8k keys: 4 per SM (register-bound)
+    assert A.mmha_grid(64.0, 32.0, 32768.0, SMS)[2] == 1.0
+    assert A.mmha_grid(64.0, 32.0, 8192.0, SMS)[2] == 4.0
+    t = [A.attn_work("attention", _mha(64.0, 32.0, c), 2.0, SMS)[2] for c in (8192.0, 32768.0)]
+    assert t[1] == 4.0 * t[0]  # four times the waves of CTAs at 32k keys
+
+
+def test_sm100_rows_of_the_mmha_split_run_trtllm_gen_with_the_split_grid():
+    d = pd.DataFrame({"mode": "generation", "backend": "torch_flow", "dtype": "bf16", "heads": [32.0, 32.0],
+                      "groups": [8.0, 32.0], "batch": 64.0, "q_len": 1.0, "context": 4096.0, "k": 128.0})  # fmt: skip
+    assert list(FA.kernel_of(d, "attention", 148, 10)) == [A.XQA, A.TLLM_GEN]  # AttentionOp mUseTllmGen
+    # 4 x 64 = 256 CTAs at 512 keys: MMHA's workspace allows no split, the split grid splits in 2
+    shape = {**_mha(4.0, 64.0, 512.0), "kernel": A.TLLM_GEN}
+    assert A.attn_work("attention", shape, 2.0, SMS)[2] == 512.0
+    mmha = {**P, "alpha_us": 50.0}
+    e = {"params": P, "dtype": "bf16", "variants": {
+        "generation.bf16.d128": {"params": P, "kernel": A.XQA},
+        "generation.bf16.d128.mmha": {"params": mmha, "kernel": A.TLLM_GEN}}}  # fmt: skip
+    c, m, *_ = A.entry_sides("attention", e, {**shape, "kv_dtype": "bf16", "kernel": None}, PEAK, BW, SMS)
+    one = {**e, "variants": {**e["variants"], "generation.bf16.d128.mmha": {"params": mmha, "kernel": A.MMHA}}}
+    c1, m1, *_ = A.entry_sides("attention", one, {**shape, "kv_dtype": "bf16", "kernel": None}, PEAK, BW, SMS)
+    assert max(c, m) > max(c1, m1)  # the variant's own kernel prices its rows (4 waves vs 1)
+
+
+def _mha(batch, heads, context):
+    return {"batch": batch, "q_len": 1.0, "heads": heads, "groups": heads, "k": 128.0, "context": context,
+            "kernel": A.MMHA}  # fmt: skip
 
 
 def test_entry_time_uses_the_mmha_variant_for_the_rows_that_run_it():

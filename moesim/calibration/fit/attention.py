@@ -3,7 +3,8 @@ the mla_v2 time model of moesim.perf.attention_eff, fitted per variant (phase x 
 robust least squares on log(predicted / measured) (soft-L1: a few glitched rows in the imported
 tables, e.g. one 1.47 ms row among 15 us neighbours, must not pull the fit). Cross-validation holds
 out whole shapes (every context of one batch x heads x head-dim curve: grouped k-fold), and reports
-the median and p90 |error|, also for decode-sized shapes (<= 64 tokens, context <= 8192).
+the median and p90 |error|, also for decode-sized shapes (<= 64 tokens, context <= 8192); beside
+it the physics alone and leave-one-shape-out (fit.residual: one exact shape held out of the residual).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, s
     F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
     b = d.batch.values.astype(float)
     # the last item: the kernel's bounds (eta_c lower, sat upper)
-    bounds = (MMHA_ETA_C_LO if kernel == A.MMHA else LO[1], XQA_SAT_HI if kernel == A.XQA else HI[4])
+    bounds = (MMHA_ETA_C_LO if kernel in (A.MMHA, A.TLLM_GEN) else LO[1], XQA_SAT_HI if kernel == A.XQA else HI[4])
     if kind == "q":
         return F, B, ctas, split, A.q_elems(family, shape), 3.0, b, bounds
     return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b, bounds
@@ -162,13 +163,15 @@ def _structure(d: pd.DataFrame, family: str, dtype: str, peak, bw, sms, kernel=N
     return best[1:]
 
 
-def kernel_of(d: pd.DataFrame, family: str, sms: int) -> np.ndarray:
+def kernel_of(d: pd.DataFrame, family: str, sms: int, sm_generation: int = 9) -> np.ndarray:
     """Per row: the kernel TRT-LLM's generation attention runs (A.XQA or A.MMHA, by
-    moesim.perf.attention_eff.mmha_rows), else "" (one kernel per phase for the other engines)."""
+    moesim.perf.attention_eff.mmha_rows; on SM100 A.TLLM_GEN for the MMHA rows), else "" (one
+    kernel per phase for the other engines)."""
     trt = ((family == "attention") & (d["mode"] == "generation") & d.backend.isin(A.MMHA_BACKENDS)).values
     kvb = np.array([dtype_bytes(t or "bf16", 2.0) for t in d.dtype], float)
     mmha = A.mmha_rows(d.heads.values, d.groups.fillna(d.heads).values, d.batch.values, d.context.values, sms, kvb)
-    return np.where(trt, np.where(mmha, A.MMHA, A.XQA), "")
+    small = A.TLLM_GEN if sm_generation >= 10 else A.MMHA
+    return np.where(trt, np.where(mmha, small, A.XQA), "")
 
 
 class _AttnData:
@@ -229,8 +232,9 @@ def fit_variant(d: pd.DataFrame, family: str, dtype: str, peak: float, bw: float
         ],
     }
     if key:
-        phys = cv_block(cv_errs["physics"], len(parts), small)
-        cv["physics"] = {k: phys[k] for k in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "small")}
+        for name, e in (("physics", cv_errs["physics"]), ("leave_one_shape_out", cv_errs["loso"])):
+            b = cv_block(e, len(parts), small)  # LOSO: fit.residual (one exact shape held out of R)
+            cv[name] = {k: b[k] for k in ("median_abs_pct", "p90_abs_pct", "max_abs_pct", "small")}
         cv["corrected_by"] = "measured residual (moesim.perf.profile.residual)"
         R.attach(out, key, R.AXES[family], *R.residual_arrays(data, pts, p))
     return out
@@ -247,10 +251,10 @@ def fit_attention_family(df: pd.DataFrame, family: str, peaks, gpu: str, notes: 
     modes = d["mode"].where(d["mode"] != "", "generation" if family != "mla_prefill" else "context")
     variants = {}
     d = d.assign(mode=modes, hd=d.k.fillna(0.0) if family == "attention" else 0.0)
-    d = d.assign(kernel_sel=kernel_of(d, family, sms))
+    d = d.assign(kernel_sel=kernel_of(d, family, sms, getattr(peaks, "sm_generation", 0) or 9))
     for (mode, dt, hd, kernel), g in d.groupby(["mode", "dtype", "hd", "kernel_sel"], sort=True):
         dt = dt or "bf16"
-        key = variant_key(family, mode, dt, hd) + (f".{kernel}" if kernel == A.MMHA else "")
+        key = variant_key(family, mode, dt, hd) + (f".{A.MMHA}" if kernel in (A.MMHA, A.TLLM_GEN) else "")
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {key}: {len(g)} rows, too few for the mla_v2 model (needs {MIN_ROWS})")
             continue
