@@ -106,3 +106,11 @@ def test_fit_recovers_the_iteration_time():
     e = G.fit_waves("moe", d, "fp8_block", MONO, peaks, "b200")
     assert e["params"]["expanded_act"] == 1.0
     assert e["params"]["act_iter_ns"] == pytest.approx(300.0, rel=0.1)
+
+
+def test_derived_grouped_gemm_leaves_the_moe_only_kernel_out():
+    """grouped_gemm derived from the moe fit takes its GEMM params, not the fused layer's activation kernel."""
+    v = {"params": {**P, "act_iter_ns": 300.0, "expanded_act": 1.0}, "dtype": "fp8_block", "backend": MONO}
+    g = G.derive_grouped({"variants": [v], "gpu": "b200", "source": "x"})
+    assert "act_iter_ns" not in g["params"] and "expanded_act" not in g["params"]
+    assert g["params"]["eta_c"] == P["eta_c"]

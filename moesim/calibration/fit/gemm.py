@@ -383,7 +383,7 @@ def derive_grouped(moe: dict) -> dict:
     """grouped_gemm from the moe fit of the masked (else first) layout: the same waves_v1 tile
     params; the layer's alpha split over its two grouped GEMMs (the SiLU pass is its own op)."""
     v = next((v for v in moe["variants"] if v.get("layout") == "masked"), moe["variants"][0])
-    p = dict(v["params"])
+    p = {k: x for k, x in v["params"].items() if k not in (MT.ACT_ITER_PARAM, "expanded_act")}  # moe-only kernel
     p["alpha_us"] = _r(p["alpha_us"] / 2.0, 5)
     return {
         "status": "derived",
