@@ -69,16 +69,18 @@ def _rows(backend: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(
-    "backend, flagged",
+    "backend, dtype, flagged",
     [
-        (MONO, True),
-        ("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular", True),
-        ("vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts", False),
-        ("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", False),
+        (MONO, "fp8_block", True),
+        ("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular", "fp8_block", True),
+        ("sglang_flashinfer_trtllm_moe", "fp8_block", True),
+        ("sglang_flashinfer_trtllm_moe", "bf16", False),  # TRT-LLM-gen BF16 fuses the activation in its GEMM
+        ("vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts", "bf16", False),
+        ("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", "fp8", False),
     ],
 )
-def test_only_trtllm_gen_fp8_backends_get_the_activation(backend, flagged):
-    d = _rows(backend)
+def test_only_trtllm_gen_fp8_block_rows_get_the_activation(backend, dtype, flagged):
+    d = _rows(backend).assign(dtype=dtype)
     assert (MT.pass_keys(d).get("expanded_act") == 1.0) is flagged
     assert (MT.ACT_ITER_PARAM in MT.extra_params(d, G.HOST_NAME)) is flagged
 

@@ -60,6 +60,7 @@ EXPANDED_ACT = frozenset(
     {
         "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
         "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular",
+        "sglang_flashinfer_trtllm_moe",  # its fp8_block rows (the BF16 kernel fuses the activation)
     }
 )
 ACT_ITER_PARAM = "act_iter_ns"  # SM time per (128-element block, token group, pick) iteration, fitted
@@ -81,6 +82,7 @@ GROUPED_ROUTER = frozenset(
         "vllm_fp8moe_triton_tritonexperts",
         "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
         "sglang_fused_moe_triton",
+        "sglang_flashinfer_trtllm_moe",  # FlashInfer TRT-LLM-gen routes inside too: B200 EP 1 = EP 2 (12260, 12270 us)
     }
 )
 # (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
@@ -120,14 +122,19 @@ def pass_keys(d: pd.DataFrame) -> dict:
     if g in PASSES:
         return dict(PASSES[g])
     out = {"token_bytes": TOKEN_BYTES[g[0]]} if g and g[0] in TOKEN_BYTES else {}
-    return {**out, "expanded_act": 1.0} if g and g[0] in EXPANDED_ACT else out
+    return {**out, "expanded_act": 1.0} if expanded_act(d) else out
+
+
+def expanded_act(d: pd.DataFrame) -> bool:
+    """True when rows `d` (one group) ran the expanded-space FP8 activation (EXPANDED_ACT, FP8 block rows)."""
+    g = _group(d)
+    return bool(g) and g[0] in EXPANDED_ACT and set(d["dtype"].astype(str)) == {"fp8_block"}
 
 
 def extra_params(d: pd.DataFrame, host_name: str) -> tuple:
     """Names of the fitted params rows `d` (one group) add to waves_v1's: the host floor (HOST_TIMED),
     the expanded-space activation's per-iteration time (EXPANDED_ACT)."""
-    g = _group(d)
-    return ((host_name,) if g in HOST_TIMED else ()) + ((ACT_ITER_PARAM,) if g and g[0] in EXPANDED_ACT else ())
+    return ((host_name,) if host_timed(d) else ()) + ((ACT_ITER_PARAM,) if expanded_act(d) else ())
 
 
 def host_timed(d: pd.DataFrame) -> bool:
