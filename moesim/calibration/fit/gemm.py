@@ -56,9 +56,9 @@ WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
 WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
 WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0])
-# rows timed with the call's host time (fit.moe_tables.HOST_TIMED): one more param, max(host, GPU)
+# extra params (start, lo, hi): host_us (fit.moe_tables.HOST_TIMED: max(host, GPU)), cta_ns, act_iter_ns
 HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
-EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS}  # extra params: start, lo, hi
+EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS, MT.ACT_ITER_PARAM: MT.ACT_ITER_BOUNDS}
 
 
 def _shape_of(d: pd.DataFrame, family: str) -> dict:
@@ -123,7 +123,7 @@ class WavesData:
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
         self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
         self.quant = None  # (peaks, act_quant_model): a known quant whose per-CTA time is fitted (CTA_PARAM)
-        self.names = WAVES_NAMES + ((HOST_NAME,) if family == "moe" and MT.host_timed(d) else ())
+        self.names = WAVES_NAMES + (MT.extra_params(d, HOST_NAME) if family == "moe" else ())
 
     def predict(self, p, idx):
         parts = [
@@ -383,7 +383,7 @@ def derive_grouped(moe: dict) -> dict:
     """grouped_gemm from the moe fit of the masked (else first) layout: the same waves_v1 tile
     params; the layer's alpha split over its two grouped GEMMs (the SiLU pass is its own op)."""
     v = next((v for v in moe["variants"] if v.get("layout") == "masked"), moe["variants"][0])
-    p = dict(v["params"])
+    p = {k: x for k, x in v["params"].items() if k not in (MT.ACT_ITER_PARAM, "expanded_act")}  # moe-only kernel
     p["alpha_us"] = _r(p["alpha_us"] / 2.0, 5)
     return {
         "status": "derived",

@@ -20,6 +20,14 @@ and dominated (rows dropped, with a note).
   model prices the kernel's cost, not a mis-tuned run.
 * n_group / topk_group: rows whose collector routes through the model's group-limited router
   (moesim.perf.profile.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
+* expanded_act: FlashInfer's TRT-LLM-gen FP8 block-scale MoE (vLLM's TrtLlmFp8Experts*) runs SwiGLU + the
+  FP8 block requant as its own kernel over the EXPANDED (token, pick) space, skipping non-local picks
+  only after a per-slot index load and an unconditional 128-thread BlockReduce (moesim.perf.profile.work.
+  expanded_act_iters; fitted SM time per iteration ACT_ITER_PARAM): a cost in T x topk x inter / 128 at
+  every EP. The tables show it: each layer's time at 16384 tokens is a + b / ep (EP 1..256), and a, the
+  EP-free part, is 3.3-4.7 ps per token, pick and intermediate element over ten layers (hidden 2048-7168),
+  while the BF16 TRT-LLM-gen rows (activation fused in the GEMM) keep none of it (3072 x 1024, 256 experts:
+  FP8 3474 -> 562 us, BF16 2820 -> 126 us from EP 1 to EP 256).
 * DeepEP normal's contiguous layout (SGLang DeepEPMoE, moe_runner/deep_gemm.py: ep_scatter, DeepGEMM
   m-grouped contiguous up GEMM, silu_and_mul, per-token-group FP8 quant, contiguous down GEMM,
   ep_gather): CONTIGUOUS_PASSES, the packed routing and the host floor (HOST_TIMED), below.
@@ -48,6 +56,17 @@ TOKEN_BYTES = {
     "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": FINALIZE_BYTES,
     "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": FINALIZE_BYTES,
 }
+# TensorRT-LLM trtllmGenKernels/blockScaleMoe/DevKernel.cu activation::run / activationDeepSeekKernel (the
+# expanded-space path; its source notes the -1 slots still run the BlockReduce, ep_size-fold CTA inflation)
+EXPANDED_ACT = frozenset(
+    {
+        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular",
+        "sglang_flashinfer_trtllm_moe",  # its fp8_block rows (the BF16 kernel fuses the activation)
+    }
+)
+ACT_ITER_PARAM = "act_iter_ns"  # SM time per (128-element block, token group, pick) iteration, fitted
+ACT_ITER_BOUNDS = (20.0, 0.0, 1e5)  # start, lo, hi (ns)
 DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
 # aiconfigurator's vLLM collector routes a model with a group-limited router through it on the balanced
 # logits (the rows' EP scaling shows it, moesim.perf.profile.grouped_router): H200 FlashInfer CUTLASS
@@ -65,6 +84,7 @@ GROUPED_ROUTER = frozenset(
         "vllm_fp8moe_triton_tritonexperts",
         "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
         "sglang_fused_moe_triton",
+        "sglang_flashinfer_trtllm_moe",  # FlashInfer TRT-LLM-gen routes inside too: B200 EP 1 = EP 2 (12260, 12270 us)
     }
 )
 # (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
@@ -131,7 +151,20 @@ def pass_keys(d: pd.DataFrame) -> dict:
     g = _group(d)
     if g in PASSES:
         return dict(PASSES[g])
-    return {"token_bytes": TOKEN_BYTES[g[0]]} if g and g[0] in TOKEN_BYTES else {}
+    out = {"token_bytes": TOKEN_BYTES[g[0]]} if g and g[0] in TOKEN_BYTES else {}
+    return {**out, "expanded_act": 1.0} if expanded_act(d) else out
+
+
+def expanded_act(d: pd.DataFrame) -> bool:
+    """True when rows `d` (one group) ran the expanded-space FP8 activation (EXPANDED_ACT, FP8 block rows)."""
+    g = _group(d)
+    return bool(g) and g[0] in EXPANDED_ACT and set(d["dtype"].astype(str)) == {"fp8_block"}
+
+
+def extra_params(d: pd.DataFrame, host_name: str) -> tuple:
+    """Names of the fitted params rows `d` (one group) add to waves_v1's: the host floor (HOST_TIMED),
+    the expanded-space activation's per-iteration time (EXPANDED_ACT)."""
+    return ((host_name,) if host_timed(d) else ()) + ((ACT_ITER_PARAM,) if expanded_act(d) else ())
 
 
 def host_timed(d: pd.DataFrame) -> bool:

@@ -125,6 +125,10 @@ PARAMS = {
         "act_bytes": Num(0.0, 1e3, optional=True),
         # a host-side time the GPU work overlaps, max(host, GPU) (fit.moe_tables.HOST_TIMED)
         "host_us": US._replace(optional=True),
+        # moe: TRT-LLM-gen's expanded-space FP8 activation (fit.moe_tables.EXPANDED_ACT): the flag (fixed per
+        # backend) and its fitted SM time per iteration (moesim.perf.profile.work.expanded_act_iters)
+        "expanded_act": Num(0.0, 1.0, optional=True),
+        "act_iter_ns": Num(0.0, 1e6, optional=True),
     },
     STREAM: {"alpha_us": US, "eta_m": ETA},
     ALPHA_BETA: {

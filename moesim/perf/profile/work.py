@@ -30,7 +30,8 @@ ACT_READ_BYTES = 4.0
 # (deep_gemm get_mk_alignment_for_contiguous_layout); an M block runs the expert of its first row
 CONTIG_BLOCK_M = 128.0
 # per-backend byte keys of a moe entry's passes beyond its GEMMs (fit.moe_tables sets them; params carry them)
-PASS_KEYS = ("token_bytes", "pair_bytes", "act_bytes")
+PASS_KEYS = ("token_bytes", "pair_bytes", "act_bytes", "expanded_act")
+ACT_SLOTS = "act_slots"  # a waves part priced per iteration of the expanded-space activation (expanded_act_iters)
 # quant ops other than the quant pass itself (aiconfigurator computescale_perf, collector/<engine>/
 # collect_computescale.py). compute_scale (TRT-LLM: dynamic per-tensor minus static quant time): the
 # separate amax-reduction kernel, which reads the BF16 input once and writes nothing of size.
@@ -250,6 +251,21 @@ def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
     return np.maximum(remote, 0.0) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
 
 
+def expanded_act_iters(shape: dict, sms):
+    """Iterations of TRT-LLM-gen's expanded-space DeepSeek-FP8 activation (TensorRT-LLM trtllmGenKernels/
+    blockScaleMoe/DevKernel.cu activation::run, activationDeepSeekKernel) when shape key expanded_act is set,
+    else 0: grid (ceil(inter / 128) scale blocks, tokens / tpc, topk); every (block, token group, pick)
+    iteration loads the picks' permuted indices and runs a 128-thread BlockReduce, local or not (-1) alike,
+    so the count is the same at every EP. tpc tokens per CTA: 4 past 32 CTAs per SM, 2 past 4, else 1."""
+    flag = np.asarray(_opt(shape, "expanded_act", 0.0), float)
+    inter = np.asarray(shape["n"], float) / np.asarray(_opt(shape, "tp"), float)
+    t, k = np.asarray(shape["tokens"], float), np.asarray(shape["topk"], float)
+    blocks = np.ceil(inter / 128.0 - 1e-9)
+    ctas = blocks * t * k
+    tpc = np.where(ctas > 32.0 * sms, 4.0, np.where(ctas > 4.0 * sms, 2.0, 1.0))
+    return flag * blocks * k * np.ceil(t / tpc - 1e-9)
+
+
 def _moe_tile_padding(shape: dict, mg):
     routing = shape.get("routing")
     if routing in BALANCED_LOCAL:  # exact ceil of even loads (pad 1); grouped / rank-0 rows: their tiles
@@ -291,6 +307,7 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         # rank0_clamped: exact tiles of the cold experts and the hot expert 0
         pad = _moe_tile_padding(shape, gemms[0][3])
         bm_min = CONTIG_BLOCK_M if shape.get("routing") == "packed" else 64.0
+        iters = expanded_act_iters(shape, sms)
     elif shape.get("tiling") in DEEPGEMM_LAYOUTS and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's layout
         _need(family, shape, ("m", "n", "k"))
         m, n, k = shape["m"], shape["n"], shape["k"]
@@ -307,6 +324,8 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype), w)
         ctas, bm, bn = E.gemm_tiling(m, n, g, sms, pad, bm_min=bm_min)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
+    if family == "moe" and np.any(iters > 0):  # priced by parts_sides per iteration, not as a GEMM
+        parts.append((0.0, 0.0, iters, 0.0, 0.0, 0.0, ACT_SLOTS))
     return parts, extra
 
 
@@ -350,9 +369,12 @@ def parts_sides(parts, extra, sms, peak, bw, p: dict):
     host_us (optional): a host-side time the GPU work overlaps, each side at least that (a call
     timed by host events around a synchronize, fit.moe_tables.HOST_TIMED): max(host, GPU time)."""
     p0 = {**p, "alpha_us": 0.0}
-    sides = [E.waves_sides(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in parts]
+    gemms = [part for part in parts if not isinstance(part[6], str)]
+    sides = [E.waves_sides(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in gemms]
     c, m = sides[0][:2] if len(sides) == 1 else (sum(np.maximum(*s[:2]) for s in sides),) * 2
     alpha, t_x = float(p["alpha_us"]) * 1e-6, np.asarray(extra, float) / (bw * float(p["eta_m"]))
+    for part in parts[len(gemms) :]:  # the expanded-space activation (ACT_SLOTS): iterations x SM time / SMs
+        t_x = t_x + np.asarray(part[2], float) * float(p.get("act_iter_ns") or 0.0) * 1e-9 / sms
     host = float(p.get("host_us") or 0.0) * 1e-6
     return np.maximum(alpha + c + t_x, host), np.maximum(alpha + m + t_x, host), alpha
 
