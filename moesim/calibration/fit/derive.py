@@ -15,7 +15,12 @@ times and are dropped. The measured residual ratios (`residual` blocks: measurem
 measured shape, moesim.perf.profile.residual) transfer like the efficiencies: they are how far the
 kernel runs from its physics at a shape (tile configs, kernel switches), a property of the kernel and
 the SM, multiplied onto the TARGET's physics (its own peaks and bandwidths); the side-car file is the
-source's, next to the derived profile. Deriving across SM generations (Hopper sm90 -> Blackwell sm100) is
+source's, next to the derived profile. The reader applies them to every entry whose fit is its own
+(moesim.perf.profile.provenance.fit_status: `derived_status` is the source entry's status), not to a
+family priced with another family's fit (bmm from gemm). Measured check on two measured siblings
+(B200 <-> GB200, moesim.calibration.sibling; docs/calibration.md): MoE variants 17-30 % median
+without the residuals, 2-4 % with them. Not transferable by this rule: a host-paced alpha (vLLM's
+eager DeepEP normal loop; the host CPU is no GPU spec) and terms fitted at one EP only. Deriving across SM generations (Hopper sm90 -> Blackwell sm100) is
 refused unless forced: the efficiencies of another micro-architecture are not these.
 """
 
