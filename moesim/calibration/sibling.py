@@ -5,9 +5,10 @@ the source's efficiencies, latencies and residual ratios, the target's peaks and
 measured row of the TARGET is priced through the profile reader (moesim.perf.profile.reader.Profile),
 as `moesim kernel` and the step price it: GEMMs (plus the input quant the linear-op rows hold,
 fit.act_quant), fused / grouped MoE (each fitted variant on its own backend's rows), MLA decode /
-prefill and MHA attention (the entry's fitted backend), DeepEP LL / normal dispatch and combine. Per
+prefill and MHA attention (the entry's fitted backend), DeepEP LL / normal dispatch and combine, NCCL
+all-reduce / all-gather. Per
 family and variant: rows, median / p90 |predicted / measured - 1| (%), the median signed error
-(bias, > 0: predicted slower) and the same on the decode-sized rows (<= 64 tokens).
+(bias, > 0: predicted slower) and the same on the decode-sized rows (<= 64 tokens; NCCL: <= 1 MiB).
 
     python -m moesim.calibration.sibling --source b200 --target gb200_nvl72 --engine trtllm
 
@@ -27,6 +28,7 @@ import pandas as pd
 
 from moesim.calibration.fit import act_quant as AQ
 from moesim.calibration.fit.comm import a2a_data
+from moesim.calibration.fit.collectives import CollRows
 from moesim.calibration.fit.comm_deepep import DeepEPRows
 from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.derive import derive_profile
@@ -37,7 +39,7 @@ from moesim.specs.data import data_root
 from moesim.specs.loader import load_hardware
 
 SMALL_TOKENS = 64  # decode-sized rows (issue 14's acceptance: 1-64 tokens)
-FAMILIES = ("gemm", "moe", "attention", "deepep")
+FAMILIES = ("gemm", "moe", "attention", "deepep", "nccl")
 
 
 def stats(pred, meas) -> dict:
@@ -142,6 +144,29 @@ def score_deepep(prof: Profile, df: pd.DataFrame, peaks: Peaks) -> list[tuple]:
     return out
 
 
+def score_collectives(prof: Profile, df: pd.DataFrame, peaks: Peaks) -> list[tuple]:
+    """NCCL all-reduce / all-gather rows of each entry's backend (NCCL alone), bytes and links as the fit reads
+    them (fit.collectives.CollRows); all-reduce rows of 16-bit dtypes only (the reader takes NVLS, as engines run it)."""
+    out = []
+    for op in ("all_reduce", "all_gather"):
+        e = prof.collectives.get(op)
+        if e is None:
+            continue
+        d = df[(df.kernel == f"nccl_{op}") & (df.exclude == "") & np.isfinite(df.time_s) & (df.ep > 1)]
+        d = d[d.backend == e.get("backend")]
+        if op == "all_reduce":
+            d = d[d.dtype.isin(("fp16", "bf16"))]
+        if not len(d):
+            continue
+        r = CollRows(d.reset_index(drop=True), op, peaks)
+        terms = prof.collective_time(op, r.n, r.msg, r.ring, r.link, custom=False)
+        if terms is None:
+            continue
+        what = f"{op} {e.get('backend')} gpus {'/'.join(str(int(x)) for x in np.unique(r.n))}"
+        out.append(("nccl", what, np.asarray(terms[0] + terms[1], float), r.t, r.msg <= 1 << 20))
+    return out
+
+
 def score_profile(prof: Profile, df: pd.DataFrame, families=FAMILIES) -> list[dict]:
     """One row per family and variant: stats on all rows and on the decode-sized ones (`small`)."""
     peaks = Peaks.from_hardware(prof.hardware)
@@ -154,6 +179,8 @@ def score_profile(prof: Profile, df: pd.DataFrame, families=FAMILIES) -> list[di
         parts += score_attention(prof, df)
     if "deepep" in families:
         parts += score_deepep(prof, df, peaks)
+    if "nccl" in families:
+        parts += score_collectives(prof, df, peaks)
     return [{"family": f, "variant": w, **stats(p, t), "small": stats(p[s], t[s])} for f, w, p, t, s in parts]
 
 
