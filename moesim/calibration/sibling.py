@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from moesim.calibration.fit import act_quant as AQ
-from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.collectives import CollRows
+from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.comm_deepep import DeepEPRows
 from moesim.calibration.fit.data import load_measurements
 from moesim.calibration.fit.derive import derive_profile
