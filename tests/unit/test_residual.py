@@ -10,6 +10,7 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import residual as R
+from moesim.calibration.fit.derive import derive_profile
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.fit.profile import residual_file, write_profile, write_residuals
 from moesim.calibration.records import COLUMNS
@@ -19,6 +20,7 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import entry_provenance
 from moesim.perf.profile.reader import Profile, read_profile_file
 from moesim.perf.profile.work import model_time
+from moesim.specs.loader import load_hardware
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
@@ -223,3 +225,24 @@ def test_derived_family_does_not_take_its_source_residual(measured):
     data["kernels"]["bmm"] = {**data["kernels"]["gemm"], "status": "derived", "derived_from": "gemm"}
     prof = Profile(data, path=out)
     np.testing.assert_allclose(prof.kernel_time("bmm", m=m, n=n, k=k, groups=1.0), _phys(m, n, k), rtol=1e-9)
+
+
+def test_sibling_derived_profile_applies_the_source_residual(measured):
+    """A profile derived from a sibling GPU (calibration.fit.derive) prices the source's measured
+    residual on the target's physics; a family priced with another family's fit (bmm from gemm)
+    still goes without it, in the derived profile as in the source."""
+    out, (m, n, k, t) = measured
+    data = read_profile_file(out)
+    data["kernels"]["bmm"] = {**data["kernels"]["gemm"], "status": "derived", "derived_from": "gemm"}
+    h200, h100 = load_hardware("h200"), load_hardware("h100_sxm")
+    sib = Profile(derive_profile(data, h200, h100), hardware=h100, path=out)
+    e = sib.kernels["gemm"]
+    assert e["status"] == "derived" and e["derived_status"] == "fitted"
+    r = sib.residual_factor("gemm", e, {"m": m, "n": n, "k": k})
+    np.testing.assert_allclose(r, t / _phys(m, n, k), rtol=1e-9)  # the measured shapes' ratios
+    np.testing.assert_allclose(
+        sib.kernel_time("gemm", m=m, n=n, k=k), _phys(m, n, k, bw=h100.hbm_bw_Bps) * r, rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        sib.kernel_time("bmm", m=m, n=n, k=k, groups=1.0), _phys(m, n, k, bw=h100.hbm_bw_Bps), rtol=1e-9
+    )

@@ -4,9 +4,12 @@ A profile measured on one GPU (e.g. calibration/profiles/h200.sglang.yaml) becom
 another GPU of the same SM generation (h100_sxm.sglang.yaml, h800.sglang.yaml): every entry is
 carried over with status `derived`, `derived_from: <source gpu>` and a `transfer` note.
 
-What transfers and why (same SM architecture, same clocks, same tensor-core and TMA pipelines):
+What transfers and why (same SM architecture, same tensor-core and TMA pipelines):
     efficiencies (eta_c, eta_m: fractions of a peak), fixed per-call latencies (alpha, t0, launch),
-    tile / wave constants, the fits' shape parameters.
+    tile / wave constants, the fits' shape parameters. The waves_v1 k-block latency and per-SM load
+    rate (kb_ns, sm_GBps) are SM cycles, so they follow the SM clock: scaled by the per-SM peak
+    ratio (clock_ratio; 1 between H200, H100 and H800; GB200 / B200 1.11 by the datasheets, measured
+    GEMMs 4-9 % faster on GB200: DeepGEMM GEMM transfer bias +3.1 -> +0.6 %, docs/calibration.md).
 What comes from the target's hardware spec (hardware/<gpu>.yaml), read LIVE by the profile reader
 (moesim.perf.profile.reader): dense FLOP/s peaks, HBM bandwidth, SM count, NVLink and NIC bandwidth
 (comm bandwidths as fractions of the nominal link: `*_frac_nominal`).
@@ -15,8 +18,14 @@ times and are dropped. The measured residual ratios (`residual` blocks: measurem
 measured shape, moesim.perf.profile.residual) transfer like the efficiencies: they are how far the
 kernel runs from its physics at a shape (tile configs, kernel switches), a property of the kernel and
 the SM, multiplied onto the TARGET's physics (its own peaks and bandwidths); the side-car file is the
-source's, next to the derived profile. Deriving across SM generations (Hopper sm90 -> Blackwell sm100) is
-refused unless forced: the efficiencies of another micro-architecture are not these.
+source's, next to the derived profile. The reader applies them to every entry whose fit is its own
+(moesim.perf.profile.provenance.fit_status: `derived_status` is the source entry's status), not to a
+family priced with another family's fit (bmm from gemm). Measured check on two measured siblings
+(B200 <-> GB200, moesim.calibration.sibling; docs/calibration.md): MoE variants 17-30 % median
+without the residuals, 2-5 % with them. Not transferable by this rule: a host-paced alpha (vLLM's
+eager DeepEP normal loop; the host CPU is no GPU spec) and terms fitted at one EP only. Deriving across
+SM generations (Hopper sm90 -> Blackwell sm100) is refused unless forced: the efficiencies of another
+micro-architecture are not these.
 """
 
 from __future__ import annotations
@@ -32,8 +41,13 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.specs.loader import load_hardware
 
-TRANSFERS = "efficiencies, fixed latencies (alpha, t0, launch), tile and wave constants, measured residual ratios"
-FROM_SPEC = "dense FLOP/s peaks, HBM bandwidth, SM count, NVLink and NIC bandwidth"
+TRANSFERS = (
+    "efficiencies, fixed latencies (alpha, t0, launch), tile and wave constants (the k-block latency and per-SM "
+    "load rate in SM cycles: times the SM clock ratio), measured residual ratios"
+)
+FROM_SPEC = (
+    "dense FLOP/s peaks (and the SM clock ratio: per-SM peaks), HBM bandwidth, SM count, NVLink and NIC bandwidth"
+)
 DROPPED = ("residuals", "measurements")  # the source GPU's own times: not the target's
 
 
@@ -78,6 +92,33 @@ def _scale_knots(p: dict, src_nom: dict, tgt_nom: dict) -> None:
             p[f"{link}_GBps"] = [None if x is None else S.round_sig(float(x) * r) for x in v]
 
 
+# waves_v1 params that are SM-pipeline rates in seconds: the k-block pipeline latency and the per-SM load
+# rate (moesim.perf.efficiency.waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow
+# the SM clock. Within one SM generation (the same tensor-core FLOP per cycle per SM) the clock ratio is
+# the ratio of per-SM dense peaks: (P_tgt / SMs_tgt) / (P_src / SMs_src). 1 between H200, H100 and H800.
+CLOCK_PARAMS = {"kb_ns": -1, "sm_GBps": 1}  # param -> exponent of the clock ratio
+
+
+def clock_ratio(source_hw, target_hw) -> float:
+    """Target SM clock / source SM clock from the per-SM dense BF16 peaks; 1 across SM generations (a forced
+    derivation: FLOP per cycle per SM differ, so the peak ratio is no clock ratio)."""
+    if source_hw.sm_generation != target_hw.sm_generation:
+        return 1.0
+    per_sm = lambda hw: hw.peak_flops("bf16") / max(int(hw.sms), 1)  # noqa: E731
+    return per_sm(target_hw) / per_sm(source_hw)
+
+
+def _scale_clock(e: dict, ratio: float) -> None:
+    """Scale an entry's (and its variants') waves_v1 SM-pipeline params by the clock ratio, in place."""
+    if ratio == 1.0 or e.get("model") != S.WAVES:
+        return
+    for v in [e] + [v for v in (e.get("variants") or []) if isinstance(v, dict)]:
+        p = v.get("params") or {}
+        for k, x in CLOCK_PARAMS.items():
+            if isinstance(p.get(k), (int, float)):
+                p[k] = S.round_sig(float(p[k]) * ratio**x)
+
+
 def derive_entry(e: dict, src: str, tgt: str, note: str) -> dict:
     """One entry of the source profile as the target's: status derived, provenance kept."""
     out = copy.deepcopy({k: v for k, v in e.items() if k not in DROPPED})
@@ -97,6 +138,9 @@ def derive_profile(source: dict, source_hw, target_hw, force: bool = False) -> d
     src_nom = {"rdma": source_hw.rdma_Bps(False), "nvlink": source_hw.nvlink_Bps(False)}
     tgt_nom = {"rdma": target_hw.rdma_Bps(False), "nvlink": target_hw.nvlink_Bps(False)}
     kernels = {f: derive_entry(e, src, tgt, note) for f, e in (source.get("kernels") or {}).items()}
+    clock = clock_ratio(source_hw, target_hw)
+    for e in kernels.values():
+        _scale_clock(e, clock)
     comm: dict = {}
     for mode, ops in (source.get("comm") or {}).items():
         for op, e in ops.items():
@@ -116,7 +160,12 @@ def derive_profile(source: dict, source_hw, target_hw, force: bool = False) -> d
             "date": _dt.date.today().isoformat(),
             "generated_by": "moesim.calibration.fit.derive",
             "derived_from": src,
-            "transfer": {"from_source": TRANSFERS, "from_target_spec": FROM_SPEC, "sm_version": source_hw.sm_version},
+            "transfer": {
+                "from_source": TRANSFERS,
+                "from_target_spec": FROM_SPEC,
+                "sm_version": source_hw.sm_version,
+                "sm_clock_ratio": S.round_sig(clock),
+            },
             "device_note": f"No {tgt} was measured: every entry is derived from the {src} profile ({note}).",
             "roofline": Peaks.from_hardware(target_hw).as_yaml(),
             "measured_on_this_gpu": [],

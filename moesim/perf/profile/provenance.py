@@ -14,6 +14,14 @@ def label(e: dict) -> str:
     return "/".join(pre) if pre else f"local {e.get('backend', '')}".strip()
 
 
+def fit_status(e: dict) -> str:
+    """The status of the fit an entry's numbers come from, through a sibling derivation (`derived_status`,
+    moesim.calibration.fit.derive) and inheritance (`inherited_status`): "derived" only for a family
+    priced with another family's fit (bmm from gemm), never for a whole profile derived from a sibling GPU."""
+    st = e.get("derived_status") or e.get("status", "fitted")
+    return e.get("inherited_status", st) if st == "inherited" or "derived_status" not in e else st
+
+
 def entry_provenance(e: dict) -> str:
     st = e.get("status", "fitted")
     gpu = e.get("gpu", "")

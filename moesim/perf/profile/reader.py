@@ -45,7 +45,7 @@ from moesim.perf.collectives import (
 from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.provenance import comm_provenance, entry_provenance
+from moesim.perf.profile.provenance import comm_provenance, entry_provenance, fit_status
 from moesim.perf.profile.variants import _measured_nominal, pick_variant
 from moesim.perf.profile.work import entry_keys, kernel_work, model_sides, peak_flops
 from moesim.specs.data import relative_label, user_roots
@@ -273,7 +273,7 @@ class Profile:
         """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
         measurement / physics ratio interpolated at the measured shapes, 1 far outside them; 1 where
         the variant has none. A shape property: peaks and bandwidths do not enter it."""
-        if e.get("inherited_status", e.get("status")) == "derived":
+        if fit_status(e) == "derived":
             return 1.0  # a family priced with another's fit (bmm from gemm): not its measurements
         v = pick_variant(e, self._dtype(family, e, shape), shape.get("layout"))
         block = v.get("residual")
