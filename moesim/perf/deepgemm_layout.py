@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.grid.core import unique_rows
+
 SMEM_B = 232448  # SM90ArchSpec::smem_capacity
 K_BLOCK = 128  # block_k = 128 / sizeof(FP8)
 MAX_STAGES = 16  # kNumMaxStages
@@ -94,7 +96,7 @@ def sm90_fp8_layout(m, n, k, sms):
     pulls through L2 per k-block (the multicast operand is fetched once per cluster of 2)."""
     m, n, k = np.broadcast_arrays(*(np.maximum(np.asarray(v, float), 1.0) for v in (m, n, k)))
     key = np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1)
-    u, inv = np.unique(key, axis=0, return_inverse=True)
+    u, inv = unique_rows(key)  # = np.unique(key, axis=0, return_inverse=True), faster
     keys = [(*row, float(sms)) for row in u.tolist()]
     new = np.array([i for i, kk in enumerate(keys) if kk not in _MEMO], int)
     if len(new):

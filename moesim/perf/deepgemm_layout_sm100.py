@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.grid.core import unique_rows
+
 TMEM_COLS = 512  # tensor memory columns per SM
 SF_ALIGN = 128.0  # UTCCP-aligned scale-factor block (num_utccp_aligned_elems)
 MULTICAST_MIN_M = 512  # get_best_config: TMA multicast only for m >= 512
@@ -66,7 +68,7 @@ def sm100_fp8_layout(m, n, k, sms):
     lays them out (broadcast arrays). Load rows = block_m + block_n / cluster: the A and B rows one
     CTA pulls per k-block (the multicast B tile is fetched half by each CTA of the pair)."""
     m, n, k = np.broadcast_arrays(*(np.maximum(np.asarray(v, float), 1.0) for v in (m, n, k)))
-    u, inv = np.unique(np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1), axis=0, return_inverse=True)
+    u, inv = unique_rows(np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1))
     um, un, uk = u.T  # distinct shapes only (sweeps price the same few shapes many times)
     bm, bn = _replay(um, un, uk, float(sms))
     ctas = np.ceil(um / bm) * np.ceil(un / bn)
