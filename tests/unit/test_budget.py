@@ -40,6 +40,7 @@ def _pool(gpus, tps, batch=None, dp=None, ttft=None, tpot=None):
 pools = st.lists(st.tuples(st.sampled_from(SIZES), st.floats(10.0, 1e4)), min_size=1, max_size=6)
 
 
+@pytest.mark.slow  # ~5 s: 60 hypothesis examples (the fast suite stays under 60 s)
 @settings(max_examples=60, deadline=None)
 @given(pre=pools, dec=pools, n=st.integers(1, 80), gpn=st.sampled_from([4, 8]))
 def test_disagg_budget_never_exceeds_and_is_the_best_pair(pre, dec, n, gpn):
