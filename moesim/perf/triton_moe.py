@@ -15,7 +15,7 @@ Source (facts, read from the engines' code; nothing copied):
   grid is ceil(padded / BLOCK_M) x ceil(N / BLOCK_N) programs (programs past the padded count exit
   at once); each program walks all of K (no split-K). Padded rows are masked loads: no bytes moved.
 
-TUNED: the tuned JSONs SGLang ships for NVIDIA_H200 (unquantized) at the measured tables' (E, N),
+CONFIGS (triton_moe_configs.yaml): the tuned JSONs SGLang ships for NVIDIA_H200 (unquantized) at the measured tables' (E, N),
 per M key (BLOCK_SIZE_M, BLOCK_SIZE_N), each with its file; every other (E, N, dtype) gets the
 default rule. vLLM ships the same Mixtral H200 files (vllm/model_executor/layers/fused_moe/configs/
 E=8,N=14336,device_name=NVIDIA_H200.json: the same values).
@@ -23,83 +23,36 @@ E=8,N=14336,device_name=NVIDIA_H200.json: the same values).
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+
 import numpy as np
+
+from moesim.errors import ConfigError
 
 TRITON_FUSED_MOE = "triton_fused_moe"  # a moe entry's `tiling` (its model_keys): this module's tiles
 # get_default_config (see module docstring): (BLOCK_SIZE_M, BLOCK_SIZE_N)
 DEFAULT_SMALL_M = (16.0, 32.0)  # unquantized, M <= E
 DEFAULT_LARGE_M = (64.0, 64.0)  # unquantized, M > E
 DEFAULT_FP8_BLOCK = (64.0, 128.0)  # fp8_w8a8 with block_shape [128, 128]: BLOCK_N = block_shape[0]
-# The M keys of the tuned JSONs below (benchmark_moe.py's batch sizes)
-KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-_SG = "sglang python/sglang/srt/layers/moe/fused_moe_triton/configs/"
-_VL = "vllm vllm/model_executor/layers/fused_moe/configs/"
-# (E local, N per shard, dtype) -> (BLOCK_SIZE_M per key of KEYS, BLOCK_SIZE_N per key, source file)
-TUNED = {
-    (8.0, 14336.0, "bf16"): (
-        (16, 32, 16, 16, 16, 16, 16, 32, 32, 32, 64, 128, 128, 128, 128, 128, 128, 128),
-        (128, 64, 64, 128, 64, 128, 128, 128, 128, 128, 128, 256, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_1_0/E=8,N=14336,device_name=NVIDIA_H200.json",  # Mixtral 8x7B, TP 1
-    ),
-    (8.0, 7168.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 32, 32, 32, 64, 128, 128, 128, 128, 128, 128, 128),
-        (64, 32, 128, 128, 64, 128, 32, 128, 256, 128, 128, 128, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_4_0/E=8,N=7168,device_name=NVIDIA_H200.json",  # TP 2
-    ),
-    (8.0, 3584.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 32, 64, 64, 64, 128, 128, 128, 128, 128, 128, 128),
-        (128, 128, 64, 64, 128, 128, 128, 128, 128, 128, 64, 256, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_1_0/E=8,N=3584,device_name=NVIDIA_H200.json",  # TP 4
-    ),
-    (8.0, 1792.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 32, 64, 64, 64, 64, 128, 128, 128, 128, 128, 128),
-        (64, 128, 128, 64, 64, 128, 64, 128, 64, 128, 128, 128, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_1_0/E=8,N=1792,device_name=NVIDIA_H200.json",  # TP 8
-    ),
-    (8.0, 4096.0, "bf16"): (
-        (16, 32, 16, 32, 16, 16, 16, 32, 32, 64, 64, 128, 128, 128, 128, 128, 128, 128),
-        (64, 256, 128, 128, 256, 128, 128, 256, 128, 128, 128, 256, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_1_0/E=8,N=4096,device_name=NVIDIA_H200.json",  # Mixtral 8x22B, TP 4
-    ),
-    (8.0, 2048.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 64, 64, 64, 64, 128, 128, 128, 128, 128, 128, 128),
-        (128, 128, 64, 128, 128, 64, 128, 128, 128, 128, 128, 256, 256, 256, 256, 256, 256, 256),
-        _SG + "triton_3_1_0/E=8,N=2048,device_name=NVIDIA_H200.json",  # TP 8
-    ),
-    (16.0, 1024.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 32, 64, 64, 128, 128, 128, 128),
-        (32, 64, 128, 64, 128, 128, 64, 64, 64, 128, 128, 128, 128, 128, 128, 256, 256, 256),
-        _SG + "triton_3_1_0/E=16,N=1024,device_name=NVIDIA_H200.json",  # Llama 4 Scout, TP 8
-    ),
-    # E = 128 at N 768 / 384 / 192 (Qwen3-30B-A3B / -235B-A22B and 6144 x 3072 layers at TP 1-4 / 2-8 /
-    # 4-16): SGLang's own H200 files are not in the indexed snapshot, but its rows show them (no
-    # default-config step at M = E for exactly these N, 1.5x at the other N); vLLM's H200 files stand in
-    (128.0, 768.0, "bf16"): (
-        (16,) * 11 + (32, 64, 128, 128, 128, 128, 128),
-        (64, 64, 64, 64, 64, 64, 64, 128, 256, 128, 128, 256, 128, 256, 256, 256, 256, 256),
-        _VL + "E=128,N=768,device_name=NVIDIA_H200.json",
-    ),
-    (128.0, 384.0, "bf16"): (
-        (16,) * 11 + (32, 64, 128, 128, 128, 128, 128),
-        (128, 64, 64, 64, 128, 64, 64, 128, 128, 128, 128, 128, 128, 256, 256, 256, 256, 256),
-        _VL + "E=128,N=384,device_name=NVIDIA_H200.json",
-    ),
-    (128.0, 192.0, "bf16"): (
-        (16, 16, 16, 16, 16, 16, 16, 32, 16, 16, 16, 32, 64, 128, 128, 64, 128, 128),
-        (64, 128, 64, 64, 64, 128, 128, 128, 64, 128, 128, 128, 128, 256, 256, 128, 128, 128),
-        _VL + "E=128,N=192,device_name=NVIDIA_H200.json",
-    ),
-    (512.0, 128.0, "bf16"): (
-        (16,) * 13 + (32, 64, 64, 64, 128),
-        (64, 128, 128, 128, 128, 128, 64, 128, 128, 64, 64, 128, 128, 128, 128, 128, 128, 128),
-        _SG + "triton_3_4_0/E=512,N=128,device_name=NVIDIA_H200.json",
-    ),
-    (512.0, 256.0, "bf16"): (
-        (16,) * 13 + (32, 64, 64, 64, 128),
-        (64, 128, 128, 128, 64, 128, 256, 128, 128, 64, 64, 128, 128, 128, 128, 128, 128, 128),
-        _SG + "triton_3_4_0/E=512,N=256,device_name=NVIDIA_H200.json",
-    ),
-}
+CONFIGS = Path(__file__).with_name("triton_moe_configs.yaml")  # the engines' tuned H200 tiles (sourced there)
+
+
+@cache
+def tuned() -> tuple[np.ndarray, dict]:
+    """(M keys, {(E local, N per shard, dtype): (BLOCK_SIZE_M per key, BLOCK_SIZE_N per key)}) of
+    CONFIGS; a malformed file is one ConfigError naming the file and the field."""
+    import yaml  # lazy: start-up time
+
+    data = yaml.safe_load(CONFIGS.read_text())
+    keys = np.asarray(data["keys"], float)
+    out = {}
+    for i, c in enumerate(data["configs"]):
+        bm, bn = np.asarray(c["block_m"], float), np.asarray(c["block_n"], float)
+        if bm.shape != keys.shape or bn.shape != keys.shape or (bm <= 0).any() or (bn <= 0).any():
+            raise ConfigError(f"{CONFIGS}: configs[{i}]: block_m and block_n need one positive size per key")
+        out[(float(c["experts"]), float(c["n"]), str(c["dtype"]))] = (bm, bn)
+    return keys, out
 
 
 def default_tiles(tokens, experts_local, dtype: str):
@@ -113,19 +66,19 @@ def default_tiles(tokens, experts_local, dtype: str):
 
 
 def fused_moe_tiles(tokens, experts, ep, n, tp, dtype: str):
-    """(BLOCK_SIZE_M, BLOCK_SIZE_N) the engine runs a layer's fused_moe_kernel with: TUNED's entry
+    """(BLOCK_SIZE_M, BLOCK_SIZE_N) the engine runs a layer's fused_moe_kernel with: the tuned entry (CONFIGS)
     for (experts / ep, n / tp, dtype) at the M key nearest to tokens, else the default rule."""
     t, e, nn = np.broadcast_arrays(
         np.asarray(tokens, float), np.asarray(experts, float) / np.asarray(ep, float), np.asarray(n, float) / tp
     )
     bm, bn = default_tiles(t, e, dtype)
-    k = np.asarray(KEYS, float)
-    for (te, tn, td), (bms, bns, _) in TUNED.items():
+    k, table = tuned()
+    for (te, tn, td), (bms, bns) in table.items():
         hit = (e == te) & (nn == tn) & (td == dtype)
         if hit.any():
             j = np.argmin(np.abs(t[hit][:, None] - k[None, :]), axis=1)  # nearest key (first on a tie)
             bm, bn = bm.copy(), bn.copy()
-            bm[hit], bn[hit] = np.asarray(bms, float)[j], np.asarray(bns, float)[j]
+            bm[hit], bn[hit] = bms[j], bns[j]
     return bm, bn
 
 

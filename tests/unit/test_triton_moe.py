@@ -3,6 +3,7 @@ programs it launches, and how the fit / reader use it (tiling key triton_fused_m
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from moesim.calibration.fit import moe_tables as MT
 from moesim.perf import triton_moe as T
@@ -20,9 +21,26 @@ def test_default_config_switches_at_m_equal_local_experts():
 
 
 def test_tuned_table_entries_are_whole():
-    for key, (bms, bns, source) in T.TUNED.items():
-        assert len(bms) == len(bns) == len(T.KEYS), key
-        assert f"E={int(key[0])},N={int(key[1])},device_name=NVIDIA_H200" in source
+    import yaml
+
+    keys, table = T.tuned()
+    assert len(table) == 12 and all(len(bm) == len(bn) == len(keys) for bm, bn in table.values())
+    for c in yaml.safe_load(T.CONFIGS.read_text())["configs"]:  # each entry names its engine file
+        assert f"E={c['experts']},N={c['n']},device_name=NVIDIA_H200" in c["source"]
+
+
+def test_a_malformed_tuned_table_names_the_file_and_entry(tmp_path, monkeypatch):
+    from moesim.errors import ConfigError
+
+    bad = tmp_path / "triton_moe_configs.yaml"
+    bad.write_text("keys: [1, 2]\nconfigs:\n  - {experts: 8, n: 64, dtype: bf16, block_m: [16], block_n: [32, 32]}\n")
+    monkeypatch.setattr(T, "CONFIGS", bad)
+    T.tuned.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"triton_moe_configs.yaml: configs\[0\]"):
+            T.tuned()
+    finally:
+        T.tuned.cache_clear()
 
 
 def test_tuned_config_by_local_experts_shard_width_and_nearest_m():
@@ -65,7 +83,7 @@ def test_tiling_key_only_for_the_transcribed_engine_and_dtype():
     vllm = pd.DataFrame({"backend": ["vllm_unquantizedfusedmoe_triton_tritonexperts"]})
     assert MT.tiling_keys(vllm, "bf16") == {}
     assert MT.tiling_keys(rows.iloc[:0], "bf16") == {}
-    assert MT.tiling_keys(rows, "bf16", sm_generation=10) == {}  # TUNED holds H200 files: Hopper only
+    assert MT.tiling_keys(rows, "bf16", sm_generation=10) == {}  # the tuned table holds H200 files: Hopper only
 
 
 def test_fit_records_the_tiling_and_the_reader_prices_with_it():
