@@ -118,7 +118,7 @@ PASSES = {("deepepmoe", "contiguous"): CONTIGUOUS_PASSES}
 HOST_TIMED = frozenset({("deepepmoe", "contiguous")})
 
 # moe tables priced with the Triton fused_moe_kernel's own tiles (tiling "triton_fused_moe",
-# moesim.perf.triton_moe): the engine and dtype whose tuned H200 configs triton_moe.TUNED transcribes
+# moesim.perf.triton_moe): the engine and dtype whose tuned H200 configs triton_moe_configs.yaml transcribes
 # (SGLang, unquantized). vLLM's Triton rows (its own tuned files) and the FP8-block ones (tuned
 # block-shape files for DeepSeek-like layers, not transcribed) keep the DeepGEMM-like tiling: the
 # default rule alone moved them the wrong way (10-fold p90 SGLang FP8 12.4 -> 14.1, vLLM BF16 16.5 -> 18.0).
@@ -129,7 +129,7 @@ TRITON_TILED_DTYPES = frozenset({"bf16"})
 def tiling_keys(d: pd.DataFrame, dtype: str, sm_generation: int = 9) -> dict:
     """The `tiling` model key of moe rows `d` (one backend and dtype) measured on a GPU of SM
     generation `sm_generation`: the Triton kernel's own tiles for TRITON_TILED tables on Hopper (the
-    tuned files of triton_moe.TUNED are H200's; B200 / GB200 rows keep the prior tiling), else none
+    tuned files of triton_moe_configs.yaml are H200's; B200 / GB200 rows keep the prior tiling), else none
     (the DeepGEMM-like tiling of moesim.perf.efficiency)."""
     hopper = sm_generation == 9
     if hopper and len(d) and set(d.backend) <= TRITON_TILED and dtype in TRITON_TILED_DTYPES:
