@@ -1,0 +1,207 @@
+"""`simulate`: one deployment serving a request stream, step-exact (the package doc).
+
+Builds each pool's instances (layout checked and priced by `moesim.engine.estimate.estimate_step`,
+the one evaluation path), their cost surfaces (`surface.build`), their KV pools (the memory model:
+what is left of the GPU after weights, activations, buffers and the reserve, in tokens) and the
+engine's rules (`moesim.simulate.engines`: the engine's serving profile), then runs the events.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moesim.engine.estimate import estimate_step
+from moesim.engine.pricing import resolve_specs
+from moesim.enums import DEFAULT_ENGINE, Engine, Phase
+from moesim.errors import ConfigError, check_number
+from moesim.grid.core import Grid
+from moesim.grid.layout import resolve_parallel
+from moesim.metrics.memory import max_batch, memory
+from moesim.simulate import surface as S
+from moesim.simulate.events import KvLink, run
+from moesim.simulate.instance import Instance, Reqs
+from moesim.simulate.requests import RequestLog, TimeSeries, Workload
+from moesim.simulate.rules import Rules
+
+LAYOUT_KEYS = ("tp", "dp", "ep", "moe_tp", "redundant_experts", "overlap", "comm")
+
+
+@dataclass
+class Pool:
+    """One pool of identical instances as built: its priced deployment, rules and KV pool."""
+
+    role: str
+    instances: int
+    config: dict  # the layout as priced (estimate_step's config)
+    rules: Rules
+    surf: S.Surfaces
+    kv_capacity_tokens: float  # per DP rank
+    deployment: S.Deployment = None
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {
+            "role": self.role,
+            "instances": self.instances,
+            "gpus_per_instance": c["gpus"],
+            **{k: c[k] for k in ("tp", "dp", "ep", "moe_tp", "redundant_experts", "overlap", "comm")},
+            "kv_capacity_tokens_per_rank": self.kv_capacity_tokens,
+            "max_running_per_rank": self.rules.max_running,
+            "chunk_tokens": self.rules.chunk_tokens,
+            "cuda_graph_max_bs": self.rules.graph_max_bs,
+            "passes_priced": self.surf.evaluations,
+        }
+
+
+@dataclass
+class SimResult:
+    log: RequestLog
+    series: TimeSeries
+    summary: dict
+    pools: list
+    config: dict
+    notes: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config,
+            "pools": [p.to_dict() for p in self.pools],
+            "rules": _rules_dict(self.pools[-1].rules),
+            **self.summary,
+            "simulation": self.stats,
+            "notes": self.notes,
+        }
+
+
+def _rules_dict(r: Rules) -> dict:
+    d = {k: getattr(r, k) for k in r.__dataclass_fields__ if k != "sources"}
+    d["sources"] = dict(r.sources)
+    return d
+
+
+def kv_capacity_tokens(model, hw, grid_row: Grid, comm, mean_len: float) -> float:
+    """KV tokens one DP rank holds: the most requests of `mean_len` tokens that fit beside the
+    weights, activations, buffers and reserve (`moesim.metrics.memory.max_batch`), times their tokens."""
+    g = Grid.single(**{a: float(getattr(grid_row, a)[0]) for a in ("tp", "dp", "ep", "moe_tp", "mtp", "acceptance")},
+                    redundant=float(grid_row.redundant[0]), batch=1.0, context=float(mean_len))  # fmt: skip
+    mem = memory(model, hw, g, Phase.DECODE, comm)
+    b = float(max_batch(mem)[0])
+    return b * (mean_len + float(g.q_len[0]))
+
+
+def _deployment(model, hardware, layout: dict, common: dict, mean_len: float):
+    """-> (Deployment, estimate config, notes): the layout checked by estimate_step (one decode step)."""
+    kw = {k: layout.get(k) for k in LAYOUT_KEYS}
+    d = estimate_step(model, hardware, phase="decode", batch=1, context=max(mean_len, 1.0), **kw, **common)
+    c = d.config
+    g = Grid.single(tp=c["tp"], dp=c["dp"], ep=c["ep"], moe_tp=c["moe_tp"], batch=1, context=mean_len, mtp=c["mtp"],
+                    acceptance=c["acceptance"], redundant=c["redundant_experts"])  # fmt: skip
+    ekw = {k: common[k] for k in ("cost_mode", "expert_skew", "engine", "force_profile") if common.get(k) is not None}
+    ekw.update(comm=c["comm"], profile_path=common.get("profile"), context_dist="fixed")
+    dep = S.Deployment(d.model, d.hardware, g, overlap=c["overlap"], kw=ekw)
+    return dep, c, d.notes
+
+
+def _pool(role, model, hardware, layout, common, rules: Rules, work: Workload, instances: int):
+    isl = np.asarray(work.input_tokens, float)
+    osl = np.asarray(work.output_tokens, float)
+    mean_len = float(np.mean(isl + osl)) if role != "prefill" else float(np.mean(isl))
+    dep, c, notes = _deployment(model, hardware, layout, common, mean_len)
+    kv = kv_capacity_tokens(dep.model, dep.hw, dep.grid, c["comm"], mean_len)
+    if kv < float(np.max(isl)) + 1:
+        raise ConfigError(
+            f"{role} instance ({c['gpus']} GPUs, TP{c['tp']} DP{c['dp']} EP{c['ep']}): its KV pool holds "
+            f"{kv:,.0f} tokens per rank, less than the longest prompt ({np.max(isl):,.0f}); more GPUs or a smaller model"
+        )
+    dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
+    # running requests per rank: the engine's limit, and no more than the KV pool can hold at once
+    max_run = min(rules.max_running, max(int(kv // (float(np.min(isl)) + 1.0)), 1))
+    rules = rules.with_(max_running=max_run)
+    max_ctx = float(np.max(isl + osl)) + 1.0
+    surf = S.build(dep, max_batch=rules.max_running, max_context=max_ctx, budget_tokens=rules.chunk_tokens,
+                   prefill=not rules.fused or role == "prefill", fused=rules.fused or dp > 1,
+                   graph_max_bs=rules.graph_max_bs, prefill_eager=rules.prefill_eager)  # fmt: skip
+    return Pool(role, instances, c, rules, surf, kv, dep), notes
+
+
+def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=None, dp=None, ep=None, moe_tp=None,
+             mtp=0, acceptance=0.8, redundant_experts=0, overlap=None, comm=None, replicas=1, prefill=None,
+             engine=DEFAULT_ENGINE, engine_profile=None, rules=None, cost_mode="calibrated", set=None,
+             expert_skew="auto", profile=None, force_profile=False, prefix_cache=True, hit_ratio=0.0,
+             slo_ttft_s=None, slo_tpot_s=None, seed=0, progress=None) -> SimResult:  # fmt: skip
+    """Simulate `workload` on `replicas` instances of the layout (aggregated), or with `prefill` =
+    {"instances", "tp", "dp", "ep", "moe_tp", ...} prefill instances feeding `replicas` decode
+    instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields)."""
+    from moesim.simulate import stats as ST
+    from moesim.simulate.rules import rules_for
+
+    t0 = time.perf_counter()
+    engine = Engine.parse(engine, "engine").value
+    replicas = check_number("replicas", replicas, lo=1, hi=4096, integer=True)
+    hit_ratio = check_number("hit_ratio", hit_ratio, lo=0.0, hi=1.0)
+    if workload.size == 0:
+        raise ConfigError("workload: no requests to simulate")
+    common = dict(mtp=mtp, acceptance=acceptance, cost_mode=cost_mode, engine=engine,
+                  expert_skew=expert_skew, profile=profile, force_profile=force_profile)  # fmt: skip
+    layout = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, overlap=overlap, comm=comm)
+    notes: list = []
+    specs = []
+    if prefill is not None:
+        p = dict(prefill)
+        n_pre = check_number("prefill.instances", p.pop("instances", 1), lo=1, hi=4096, integer=True)
+        unknown = [k for k in p if k not in LAYOUT_KEYS]
+        if unknown:
+            raise ConfigError(f"prefill: unknown keys {sorted(unknown)}; allowed: instances, {', '.join(LAYOUT_KEYS)}")
+        specs.append(("prefill", {**layout, **{k: v for k, v in p.items() if v is not None}}, n_pre))
+        specs.append(("decode", layout, replicas))
+    else:
+        specs.append(("both", layout, replicas))
+    R = Reqs(workload.input_tokens, workload.output_tokens, workload.prefix_ids(), workload.prefix_lengths())
+    m, h = resolve_specs(model, hardware, set)
+    pools, inst_pools, idx = [], [], 0
+    for role, lay, count in specs:
+        dpn = resolve_parallel(m, lay.get("tp"), lay.get("dp"), lay.get("ep"), lay.get("moe_tp"))[1] if m.is_moe else 1
+        base, src_notes = rules_for(engine, engine_profile, memory_bytes=h.memory_bytes, dp=dpn, overrides=rules)
+        pool, n1 = _pool(role, m, h, lay, common, base, workload, count)
+        notes += n1 + src_notes
+        insts = []
+        for _ in range(count):
+            insts.append(Instance(idx, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,
+                                  tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len,
+                                  role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio))  # fmt: skip
+            idx += 1
+        pools.append(pool)
+        inst_pools.append(insts)
+    link = None
+    if prefill is not None:
+        pre = pools[0]
+        h = pre.deployment.hw
+        # every GPU of the prefill instance sends its rank's KV over its own NIC (rdma_Bps: achievable)
+        link = KvLink(float(pools[0].deployment.model.kv_bytes_per_token) / pre.config["gpus"],
+                      h.rdma_Bps(True), h.rdma_latency_s)  # fmt: skip
+        notes.append(
+            "PD: a prompt's KV leaves its prefill instance after the prompt's last pass, over that instance's NICs "
+            "(one transfer at a time per instance, queued); the decode instance admits it at its next step"
+        )
+    t_run = time.perf_counter()
+    log, series, st = run(workload, inst_pools, link=link, seed=seed, progress=progress)
+    st["run_s"] = time.perf_counter() - t_run
+    st["pricing_s"] = t_run - t0
+    summary = ST.summarize(log, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    gpus = sum(p.config["gpus"] * p.instances for p in pools)
+    out_rate = summary.get("output_tokens_per_s")
+    if out_rate is not None and math.isfinite(out_rate):
+        summary["output_tokens_per_s_per_gpu"] = out_rate / gpus
+    config = {"model": pools[0].deployment.model.name, "hardware": pools[0].deployment.hw.name, "engine": engine,
+              "gpus": gpus, "workload": workload.label, "requests": workload.size, "warmup": int(workload.warmup),
+              "seed": seed, "prefix_cache": bool(prefix_cache), "hit_ratio": hit_ratio,
+              "cost_mode": str(cost_mode), "mtp": mtp, "acceptance": acceptance}  # fmt: skip
+    return SimResult(log, series, summary, pools, config, list(dict.fromkeys(notes)), st)
+
+
+__all__ = ["simulate", "SimResult", "Pool", "kv_capacity_tokens"]

@@ -1,0 +1,474 @@
+"""One serving instance (an engine server: TP x DP GPUs) and its scheduler, step-exact.
+
+Each DP rank has its own queue (SGLang's DP-attention controller hands every request to one rank;
+without DP attention there is one rank). A pass is chosen at every step boundary as the engine's
+scheduler chooses it (`Rules.policy`):
+
+* prefill-priority (SGLang `Scheduler.get_next_batch_to_run`): a rank with admissible waiting
+  prompts runs a prefill (extend) pass of up to `chunk_tokens` prompt tokens (`max_prefill_tokens`
+  per batch; a longer prompt continues as the chunked request, first in the next pass) instead of
+  decoding; with DP attention the ranks' passes run in lock step, so a pass in which any rank
+  prefills holds every rank (priced as one decode pass carrying the largest chunk).
+* fused (vLLM V1 `Scheduler.schedule`; TRT-LLM in-flight batching): one pass carries every running
+  request's decode tokens first, then prompt tokens of partially prefilled and waiting requests up
+  to the token budget `chunk_tokens`.
+
+Admission and KV (`Rules.admission`): "reserve" = SGLang's PrefillAdder (a prompt is admitted when
+its KV plus new_token_ratio x the output still to come, for it and for every running request,
+fits; the ratio decays per decode step and jumps back when decode runs out of KV, which retracts
+the requests with the fewest outputs back to the queue); "incremental" = vLLM's block allocation
+(the prompt's chunk must fit; when a decode step finds no free KV the most recently admitted
+request is preempted, recompute); "no-evict" = TRT-LLM's GUARANTEED_NO_EVICT (admitted only when
+its whole prompt + output fits next to the running requests' whole prompt + output).
+
+Between events nothing changes the decode batch, so consecutive decode steps are taken as one
+run: their times are the surface's steps at the growing KV length, summed with numpy; an arrival
+during a run ends it at the step boundary after the arrival (the scheduler looks at its queue
+between steps), exactly as the step-by-step loop would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from moesim.simulate.rules import Rules
+from moesim.simulate.surface import Surfaces, effective_length
+
+KMAX = 4096  # decode steps priced at once in a run (bounded arrays)
+
+
+class Reqs:
+    """Per-request state of a simulation, as arrays indexed by request id."""
+
+    def __init__(self, isl, osl, prefix_id, prefix_tokens):
+        n = len(isl)
+        self.isl = np.asarray(isl, np.int64)
+        self.osl = np.asarray(osl, np.int64)
+        self.pid = np.asarray(prefix_id, np.int64)
+        self.ptok = np.minimum(np.asarray(prefix_tokens, np.int64), self.isl - 1)
+        self.prompt = self.isl.astype(float)  # tokens to (re)compute before decoding: isl, or more after a retraction
+        self.done = np.zeros(n)  # prompt tokens whose KV exists (computed or cached)
+        self.gen = np.zeros(n)  # output tokens generated
+        self.cached = np.zeros(n)  # prompt tokens served from the prefix cache
+        self.first = np.full(n, np.nan)  # first token leaves the scheduler
+        self.finish = np.full(n, np.nan)  # last token leaves the scheduler
+        self.last = np.zeros(n)  # when the request's previous token left (inter-token gaps)
+        self.preempt = np.zeros(n, np.int64)
+        self.inst = np.full(n, -1, np.int64)
+        self.rank = np.full(n, -1, np.int64)
+
+    def kv(self, rid) -> np.ndarray:
+        return self.done[rid] + self.gen[rid]
+
+
+class Rank:
+    __slots__ = ("waiting", "running", "partial", "kv_used", "cache", "cache_tokens", "ratio", "idx")
+
+    def __init__(self, idx: int, ratio: float):
+        self.idx = idx
+        self.waiting: deque = deque()
+        self.running: list = []  # decoding
+        self.partial: list = []  # admitted, prompt not yet all computed (chunked)
+        self.kv_used = 0.0  # KV tokens held by admitted requests
+        self.cache: OrderedDict = OrderedDict()  # prefix id -> tokens (LRU), in the free KV
+        self.cache_tokens = 0
+        self.ratio = ratio  # SGLang new_token_ratio
+
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.partial)
+
+
+class Pass:
+    """A pass (or a run of decode steps) in flight: what it changes when it ends."""
+
+    __slots__ = ("ends", "rids", "need", "picks", "decoding", "kind", "ranks_b", "start")
+
+    def __init__(self, kind, start, ends, rids=None, need=None, picks=None, decoding=None, ranks_b=None):
+        self.kind = kind
+        self.start = start  # "run" (decode steps) or "pass" (one pass with prefill)
+        self.ends = ends  # step end times (run) or [end] (pass)
+        self.rids = rids  # run: the decoding requests
+        self.need = need  # run: steps each still needs
+        self.picks = picks or []  # pass: (rank, rid, new prompt tokens)
+        self.decoding = decoding  # pass: requests advancing one decode step
+        self.ranks_b = ranks_b  # run: (rank, batch) pairs
+
+
+class Instance:
+    """A serving instance: `ranks` DP ranks in lock step, a KV pool of `kv_capacity` tokens per
+    rank, priced by `surf`. role: "both" (aggregated), "prefill" or "decode" (PD)."""
+
+    def __init__(self, idx, rules: Rules, surf: Surfaces, reqs: Reqs, *, dp, kv_capacity, tokens_per_step, q_len,
+                 role="both", prefix_cache=True, hit_ratio=0.0):  # fmt: skip
+        self.idx, self.rules, self.surf, self.R = idx, rules, surf, reqs
+        self.ranks = [Rank(i, rules.new_token_ratio_init) for i in range(int(dp))]
+        self.cap = float(kv_capacity)
+        self.a = float(tokens_per_step)  # accepted tokens per decode step (MTP: 1 + sum of acceptance)
+        self.q = float(q_len)  # tokens a decoding request puts through a pass (1 + drafts)
+        self.role = role
+        self.prefix_cache, self.hit_ratio = prefix_cache, float(hit_ratio)
+        self.inflight: Pass | None = None
+        self.version = 0
+        self.rr = 0
+        self.pending_first: list = []
+        self.passes = 0
+        self.busy_s = 0.0
+
+    # ------------------------------------------------------------------ routing and arrival
+    def pick_rank(self) -> Rank:
+        if len(self.ranks) == 1:
+            return self.ranks[0]
+        if self.rules.dp_balance == "round-robin":
+            self.rr += 1
+            return self.ranks[(self.rr - 1) % len(self.ranks)]
+        return min(self.ranks, key=Rank.load)
+
+    def load(self) -> int:
+        return sum(r.load() for r in self.ranks)
+
+    def has_prefix(self, pid) -> bool:
+        return pid >= 0 and any(pid in r.cache for r in self.ranks)
+
+    def arrive(self, rid: int, t: float) -> float | None:
+        """A request reaches the scheduler at t; -> the new end of the pass in flight when the
+        arrival cuts a decode run short (None: nothing to reschedule)."""
+        R = self.R
+        rank = self.pick_rank()
+        R.inst[rid], R.rank[rid] = self.idx, rank.idx
+        rank.waiting.append(rid)
+        p = self.inflight
+        if p is None or p.kind != "run" or len(p.ends) <= 1:
+            return None
+        j = int(np.searchsorted(p.ends, t, side="left"))
+        if j >= len(p.ends) - 1:
+            return None
+        p.ends = p.ends[: j + 1]  # the step in progress completes, then the scheduler sees the queue
+        self.version += 1
+        return float(p.ends[-1])
+
+    # ------------------------------------------------------------------ the prefix cache
+    def _hit(self, rank: Rank, rid: int) -> float:
+        R = self.R
+        if self.hit_ratio > 0:
+            return math.floor(self.hit_ratio * (R.isl[rid] - 1))
+        pid = R.pid[rid]
+        if not self.prefix_cache or pid < 0 or pid not in rank.cache:
+            return 0.0
+        rank.cache.move_to_end(pid)
+        return float(min(rank.cache[pid], R.ptok[rid]))
+
+    def _cache_insert(self, rank: Rank, rid: int) -> None:
+        R = self.R
+        pid = R.pid[rid]
+        if not self.prefix_cache or pid < 0 or R.ptok[rid] <= 0:
+            return
+        if pid in rank.cache:
+            rank.cache.move_to_end(pid)
+            return
+        rank.cache[pid] = int(R.ptok[rid])
+        rank.cache_tokens += int(R.ptok[rid])
+        self._evict(rank)
+
+    def _evict(self, rank: Rank) -> None:
+        """Cached prefixes live in the free KV: the least recently used go when requests need it."""
+        while rank.cache and rank.cache_tokens > self.cap - rank.kv_used:
+            _, tok = rank.cache.popitem(last=False)
+            rank.cache_tokens -= tok
+
+    # ------------------------------------------------------------------ choosing the next pass
+    def _reserved(self, rank: Rank) -> float:
+        """KV the running requests will still need (SGLang: new_token_ratio x clipped remaining)."""
+        R, ru = self.R, self.rules
+        ids = rank.running + rank.partial
+        if not ids:
+            return 0.0
+        ids = np.asarray(ids)
+        if ru.admission == "no-evict":
+            return float(np.sum(R.prompt[ids] + R.osl[ids] - R.kv(ids)))
+        if ru.admission == "reserve":
+            rem = np.minimum(R.osl[ids] - R.gen[ids], ru.clip_max_new_tokens)
+            todo = R.prompt[ids] - R.done[ids]
+            return float(np.sum(rem) * rank.ratio + np.sum(todo))
+        return 0.0
+
+    def _admit_cost(self, rank: Rank, rid: int, need: float) -> float:
+        R, ru = self.R, self.rules
+        if self.role == "prefill":  # a PD prefill server keeps the KV only until it is sent
+            return need
+        if ru.admission == "no-evict":
+            return need + float(R.osl[rid] - R.gen[rid])
+        if ru.admission == "reserve":
+            return need + min(float(R.osl[rid] - R.gen[rid]), ru.clip_max_new_tokens) * rank.ratio
+        return 0.0
+
+    def _picks(self, rank: Rank, budget: float, decoding: int) -> list:
+        """(rid, new tokens) of prompt work for this rank's next pass, FCFS, within `budget` tokens."""
+        R, ru = self.R, self.rules
+        picks = []
+        for rid in list(rank.partial):  # the chunked request first (SGLang add_chunked_req; vLLM running first)
+            if budget <= 0:
+                break
+            take = min(R.prompt[rid] - R.done[rid], budget)
+            if ru.long_prefill_tokens:
+                take = min(take, ru.long_prefill_tokens)
+            if ru.admission == "incremental" and rank.kv_used + take > self.cap:
+                break
+            picks.append((rid, take))
+            budget -= take
+        room = self.cap - rank.kv_used - self._reserved(rank)
+        inputs = float(ru.max_prefill_tokens) if not ru.fused else math.inf
+        while rank.waiting and budget > 0 and inputs > 0 and decoding + len(rank.partial) + len(picks) < ru.max_running:
+            rid = rank.waiting[0]
+            hit = min(self._hit(rank, rid), R.prompt[rid] - 1) if R.done[rid] == 0 else 0.0
+            need = R.prompt[rid] - R.done[rid] - hit
+            take = min(need, budget)
+            if ru.long_prefill_tokens:
+                take = min(take, ru.long_prefill_tokens)
+            if take < need and not ru.chunked_prefill:
+                break
+            cost = self._admit_cost(rank, rid, need) if ru.admission != "incremental" else hit + take
+            if cost > room:
+                break
+            rank.waiting.popleft()
+            R.cached[rid] += hit
+            R.done[rid] += hit
+            rank.kv_used += hit
+            room -= cost
+            picks.append((rid, take))
+            rank.partial.append(rid)
+            budget -= take
+            inputs -= need
+            if take < need and not ru.fused:
+                break  # SGLang: a truncated prompt becomes the chunked request and ends the batch
+        rank.kv_used += sum(take for _, take in picks)
+        self._evict(rank)
+        return picks
+
+    def next_pass(self, t: float) -> float | None:
+        """Choose and start the next pass at t; -> its end (None: idle)."""
+        ru = self.rules
+        if self.role == "decode":
+            self._admit_transferred(t)
+        picks_by_rank = []
+        if self.role != "decode":
+            for rank in self.ranks:
+                dec = len(rank.running)
+                budget = ru.chunk_tokens - (dec * self.q if ru.fused else 0.0)
+                picks_by_rank.append(self._picks(rank, budget, dec) if (rank.waiting or rank.partial) else [])
+        if any(picks_by_rank):
+            return self._start_pass(t, picks_by_rank)
+        if any(r.running for r in self.ranks):
+            return self._start_run(t)
+        self.inflight = None
+        return None
+
+    def _admit_transferred(self, t: float) -> None:
+        """PD decode: requests whose KV arrived join the running batch (SGLang's prebuilt batch:
+        no forward pass; the first token, computed by the prefill server, leaves now)."""
+        R, ru = self.R, self.rules
+        for rank in self.ranks:
+            room = self.cap - rank.kv_used - self._reserved(rank)
+            while rank.waiting and len(rank.running) < ru.max_running:
+                rid = rank.waiting[0]
+                cost = (
+                    self._admit_cost(rank, rid, R.prompt[rid]) if ru.admission != "incremental" else R.prompt[rid] + 1
+                )
+                if cost > room:
+                    break
+                rank.waiting.popleft()
+                room -= cost
+                R.done[rid] = R.prompt[rid]
+                rank.kv_used += R.prompt[rid] + R.gen[rid]
+                rank.running.append(rid)
+                if np.isnan(R.first[rid]):
+                    R.first[rid] = t
+                R.last[rid] = t
+
+    def _cpu(self, gpu_s, running):
+        c = self.rules.step_cpu(running)
+        return np.maximum(gpu_s, c) if self.rules.cpu_overlapped else gpu_s + c
+
+    def _start_pass(self, t, picks_by_rank) -> float:
+        """One pass with prompt work on some rank(s)."""
+        R, ru, surf = self.R, self.rules, self.surf
+        picks, decoding = [], []
+        T_max, news, cached, b_max, kv_b = 0.0, [], [], 0, 0.0
+        T_sum = 0.0
+        for rank, pk in zip(self.ranks, picks_by_rank):
+            T = sum(tk for _, tk in pk)
+            T_sum += T
+            for rid, tk in pk:
+                picks.append((rank, rid, tk))
+                news.append(tk)
+                cached.append(R.done[rid])
+            T_max = max(T_max, T)
+            # a rank decodes in this pass when the engine fuses, or (lock step) when it has no prompt work
+            if rank.running and (ru.fused or not pk):
+                decoding.extend(rank.running)
+                if len(rank.running) > b_max:
+                    b_max, kv_b = len(rank.running), float(np.sum(R.kv(np.asarray(rank.running))))
+        L = effective_length(news, cached)
+        if not ru.fused and len(self.ranks) == 1:
+            gpu = surf.prefill(T_max, L)
+        elif b_max == 0 and surf.prefill_table is not None:
+            gpu = surf.prefill(T_max, L)
+        else:
+            share = T_sum / (len(self.ranks) * T_max) if T_max > 0 else 1.0
+            gpu = surf.fused(b_max, kv_b / max(b_max, 1), T_max, L, share)
+        running = sum(len(r.running) for r in self.ranks)
+        dur = float(self._cpu(gpu, running + len(picks)))
+        end = t + dur
+        self.inflight = Pass("pass", t, np.array([end]), picks=picks, decoding=np.asarray(decoding, np.int64))
+        self.version += 1
+        return end
+
+    def _start_run(self, t) -> float:
+        R = self.R
+        self._make_room()
+        ranks = [r for r in self.ranks if r.running]
+        if not ranks:
+            self.inflight = None
+            return None
+        rids = np.asarray([rid for r in ranks for rid in r.running], np.int64)
+        need = np.maximum(np.ceil((R.osl[rids] - R.gen[rids]) / self.a - 1e-9), 1.0)
+        k = int(min(need.min(), KMAX))
+        b_max, kv_b = 0, 0.0
+        for r in ranks:
+            b = len(r.running)
+            free = self.cap - r.kv_used
+            k = min(k, max(int(free // (b * self.a)), 1))
+            if b > b_max:  # the busiest rank sets the step: its batch and the KV it reads
+                b_max, kv_b = b, r.kv_used
+        ctx = kv_b / b_max + self.a * np.arange(k)
+        gpu = self.surf.decode(b_max, ctx)
+        dt = self._cpu(gpu, len(rids))
+        ends = t + np.cumsum(dt)
+        self.inflight = Pass("run", t, ends, rids=rids, need=need, ranks_b=[(r, len(r.running)) for r in ranks])
+        self.version += 1
+        return float(ends[-1])
+
+    def _make_room(self) -> None:
+        """Before decode steps: a rank whose free KV cannot take one step retracts (SGLang) or
+        preempts (vLLM) requests back to its queue, to be recomputed."""
+        R, ru = self.R, self.rules
+        for rank in self.ranks:
+            retracted = False
+            while rank.running and self.cap - rank.kv_used < len(rank.running) * self.q:
+                retracted = True
+                if ru.admission == "reserve":
+                    # scheduler.py retract_decode: sorted by (output len, -input len), fewest outputs go first
+                    ids = rank.running
+                    victim = min(ids, key=lambda i: (R.gen[i], -R.isl[i]))
+                else:
+                    victim = rank.running[-1]  # vLLM V1: the last scheduled running request
+                rank.running.remove(victim)
+                rank.kv_used -= R.kv(victim)
+                R.prompt[victim] = R.isl[victim] + math.floor(R.gen[victim])
+                R.done[victim] = 0.0
+                R.preempt[victim] += 1
+                rank.waiting.appendleft(victim)
+            if retracted and ru.admission == "reserve" and rank.running:
+                ids = np.asarray(rank.running)
+                if ids.size:
+                    # retract_decode: ratio = (decoded + 20 steps x requests) / sum of clipped max_new_tokens
+                    tot = np.sum(np.minimum(R.osl[ids], ru.clip_max_new_tokens))
+                    rank.ratio = min(1.0, float((np.sum(R.gen[ids]) + 20 * ids.size) / max(tot, 1)))
+
+    # ------------------------------------------------------------------ ending a pass
+    def finish_pass(self, out_s: float, itl: list) -> tuple[float, list]:
+        """Apply the pass in flight at its end -> (end time, [(rid, finish time)]) of requests that
+        finished; first tokens, inter-token gaps (`itl` list of (gaps, weights)) recorded."""
+        R, ru, p = self.R, self.rules, self.inflight
+        self.passes += 1
+        done = []
+        first_end = float(p.ends[0])
+        for rid in self.pending_first:
+            R.first[rid] = first_end
+        self.pending_first = []
+        if p.kind == "run":
+            m = len(p.ends)
+            ends = p.ends
+            rids = p.rids
+            itl.append((ends[0] - R.last[rids], 1.0))
+            if m > 1:
+                itl.append((np.diff(ends), float(rids.size)))
+            R.gen[rids] = np.minimum(R.gen[rids] + m * self.a, R.osl[rids])
+            R.last[rids] = ends[-1]
+            for rank, b in p.ranks_b:
+                rank.kv_used += m * self.a * b
+                if ru.admission == "reserve":
+                    rank.ratio = max(rank.ratio - m * ru.new_token_ratio_decay, ru.new_token_ratio_min)
+            fin = p.need <= m
+            if fin.any():
+                for rid, tf in zip(rids[fin], ends[(p.need[fin] - 1).astype(int)]):
+                    done.append((int(rid), float(tf)))
+            end = float(ends[-1])
+        else:
+            end = float(p.ends[0])
+            d = p.decoding
+            if d.size:
+                itl.append((end - R.last[d], 1.0))
+                R.gen[d] = np.minimum(R.gen[d] + self.a, R.osl[d])
+                R.last[d] = end
+                for rank in self.ranks:
+                    if rank.running and (ru.fused or not any(pr is rank for pr, _, _ in p.picks)):
+                        rank.kv_used += self.a * len(rank.running)
+                fin = R.gen[d] >= R.osl[d]
+                done += [(int(r), end) for r in d[fin]]
+            for rank, rid, tk in p.picks:
+                R.done[rid] += tk
+                if R.done[rid] >= R.prompt[rid] - 1e-9:
+                    rank.partial.remove(rid)
+                    if R.gen[rid] == 0:  # the pass that completes the prompt samples the first token
+                        R.gen[rid] = 1.0
+                        rank.kv_used += 1.0
+                        if self.role == "prefill":
+                            done.append((rid, end))
+                            continue
+                        if ru.first_token_after_next_pass:
+                            self.pending_first.append(rid)
+                        else:
+                            R.first[rid] = end
+                        R.last[rid] = end
+                    if self.role != "prefill":
+                        if R.gen[rid] >= R.osl[rid]:
+                            done.append((rid, end))
+                        else:
+                            rank.running.append(rid)
+        for rid, tf in done:
+            rank = self.ranks[R.rank[rid]]
+            if self.role == "prefill":
+                continue  # freed when its KV has left (`release`)
+            if rid in rank.running:
+                rank.running.remove(rid)
+            rank.kv_used -= R.kv(rid)
+            R.finish[rid] = tf
+            if rid in self.pending_first:  # a one-token output: its first token is its last
+                self.pending_first.remove(rid)
+            if np.isnan(R.first[rid]):
+                R.first[rid] = tf
+            self._cache_insert(rank, rid)
+        self.busy_s += end - p.start
+        self.inflight = None
+        return end, done
+
+    def release(self, rid: int) -> None:
+        """PD prefill: the request's KV has been sent; its slots are free (prefix kept in the cache)."""
+        rank = self.ranks[self.R.rank[rid]]
+        rank.kv_used -= self.R.kv(rid)
+        self._cache_insert(rank, rid)
+
+    def queued(self) -> int:
+        return sum(len(r.waiting) for r in self.ranks)
+
+    def running(self) -> int:
+        return sum(len(r.running) + len(r.partial) for r in self.ranks)
+
+    def kv_frac(self) -> float:
+        return sum(r.kv_used for r in self.ranks) / (self.cap * len(self.ranks))
+
+
+__all__ = ["Instance", "Reqs", "Rank", "Pass", "KMAX"]

@@ -1,0 +1,221 @@
+"""Cost surfaces: every forward pass a simulation runs, priced ONCE per configuration by the one
+evaluation path (`moesim.engine.pricing.evaluate_grid`) over a grid of pass shapes, then looked up
+by multilinear interpolation (never a re-pricing per step).
+
+Three pass kinds (the engines' forward modes):
+
+* decode(b, ctx): a decode step of b requests per DP group at a mean KV length ctx (tokens). Tabled
+  at every integer batch (the step is not smooth in b: GEMM tiles, CUDA-graph buckets) and at
+  geometric KV knots; linear in ctx between knots (attention reads the KV linearly).
+* prefill(T, L): a prefill-only pass of T prompt tokens per DP group whose attention costs as much
+  as prompts of length L (SGLang's extend pass; a PD prefill server). `effective_length` turns a
+  mix of chunks with cached prefixes into L: causal attention over a chunk of c new tokens after p
+  tokens already in the KV costs c (p + c / 2) query-key pairs, and the grid's prefill of T tokens
+  at context L prices T L / 2 of them, so L = sum c (2p + c) / sum c.
+* fused(b, ctx, T, L, f): one decode-phase pass carrying b decode requests and a chunk of T prompt
+  tokens on the busiest rank (vLLM V1 / TRT-LLM fused chunked prefill; SGLang with DP attention,
+  whose ranks run their passes in lock step), f = the share of the DP ranks' chunk tokens the
+  experts see relative to T on every rank (evaluate_grid's chunk mean = f T).
+
+Units: seconds per pass; tokens per DP group.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moesim.engine.pricing import evaluate_grid
+from moesim.enums import Phase
+from moesim.grid.core import Grid, replace
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One serving instance as priced: model and hardware specs, its parallel layout as a one-row
+    Grid (batch / context ignored), the overlap scheme and evaluate_grid's keywords."""
+
+    model: object
+    hw: object
+    grid: Grid
+    overlap: str | None = None
+    kw: dict = field(default_factory=dict)  # engine, cost_mode, comm, expert_skew, profile_path, ...
+
+    @property
+    def dp(self) -> int:
+        return int(self.grid.dp[0])
+
+    @property
+    def gpus(self) -> int:
+        return int(self.grid.tp[0] * self.grid.dp[0])
+
+    @property
+    def q_len(self) -> float:
+        return float(self.grid.q_len[0])
+
+    @property
+    def tokens_per_step(self) -> float:
+        return float(self.grid.tokens_per_step[0])
+
+
+def geometric_knots(lo: float, hi: float, n: int) -> np.ndarray:
+    """n knots from lo to hi, geometric (integers, distinct, both ends included)."""
+    k = np.unique(np.round(np.geomspace(max(lo, 1.0), max(hi, lo, 1.0), n)))
+    return k.astype(float)
+
+
+def _multilinear(axes: list[np.ndarray], table: np.ndarray, point) -> float:
+    """Multilinear interpolation of `table` (shape = lengths of `axes`) at `point`, clamped to the
+    knots' range (the surfaces span every shape the engine can run)."""
+    idx, wts = [], []
+    for ax, x in zip(axes, point):
+        n = ax.size
+        if n == 1:
+            idx.append((0, 0))
+            wts.append(0.0)
+            continue
+        j = bisect.bisect_right(ax, x) - 1
+        j = min(max(j, 0), n - 2)
+        lo, hi = ax[j], ax[j + 1]
+        w = (x - lo) / (hi - lo)
+        idx.append((j, j + 1))
+        wts.append(min(max(w, 0.0), 1.0))
+    total = 0.0
+    for corner in range(1 << len(axes)):
+        w, ix = 1.0, []
+        for d in range(len(axes)):
+            bit = (corner >> d) & 1
+            if axes[d].size == 1 and bit:
+                w = 0.0
+                break
+            w *= wts[d] if bit else 1.0 - wts[d]
+            ix.append(idx[d][bit])
+        if w:
+            total += w * table[tuple(ix)]
+    return total
+
+
+@dataclass
+class Surfaces:
+    """Pass times of one deployment (module doc). `decode_table[b]` holds the step at batch b (b = 0
+    unused) over `ctx_knots`; `graph_max_bs`: above it decode steps run eager (their own table)."""
+
+    ctx_knots: np.ndarray
+    decode_table: np.ndarray  # (max_batch + 1, n_ctx), CUDA-graph replay
+    decode_eager: np.ndarray | None  # (max_batch + 1, n_ctx) or None when every batch is graphed
+    graph_max_bs: int
+    prefill_axes: list | None = None  # [T knots, L knots]
+    prefill_table: np.ndarray | None = None
+    fused_axes: list | None = None  # [b, ctx, T, L, f]
+    fused_table: np.ndarray | None = None
+    notes: list = field(default_factory=list)
+    evaluations: int = 0  # pass shapes priced
+
+    @property
+    def max_batch(self) -> int:
+        return self.decode_table.shape[0] - 1
+
+    def decode_row(self, b: int) -> np.ndarray:
+        b = min(max(int(b), 1), self.max_batch)
+        if self.decode_eager is not None and b > self.graph_max_bs:
+            return self.decode_eager[b]
+        return self.decode_table[b]
+
+    def decode(self, b: int, ctx) -> np.ndarray:
+        """Decode step(s) at batch b for mean KV length(s) ctx (array ok: a run of steps)."""
+        return np.interp(ctx, self.ctx_knots, self.decode_row(b))
+
+    def prefill(self, tokens: float, length: float) -> float:
+        return _multilinear(self.prefill_axes, self.prefill_table, (tokens, length))
+
+    def fused(self, b: float, ctx: float, tokens: float, length: float, share: float = 1.0) -> float:
+        """A decode pass of b requests carrying `tokens` prompt tokens on the busiest rank; b = 0:
+        the chunk alone (still a decode-phase pass: the engines' mixed forward mode)."""
+        t = _multilinear(self.fused_axes, self.fused_table, (b, ctx, tokens, length, share))
+        # a fused pass is never cheaper than the decode step it carries
+        return max(t, float(self.decode(max(b, 1), ctx))) if b >= 1 else t
+
+
+def effective_length(new_tokens, cached_tokens) -> float:
+    """L of the module doc for chunks of new_tokens after cached_tokens already in the KV."""
+    c = np.asarray(new_tokens, float)
+    p = np.asarray(cached_tokens, float)
+    s = c.sum()
+    return float((c * (2.0 * p + c)).sum() / s) if s > 0 else 1.0
+
+
+def _eval(dep: Deployment, grid: Grid, phase, **extra) -> np.ndarray:
+    kw = dict(dep.kw)
+    kw.update(extra)
+    overlap = dep.overlap
+    if phase == Phase.PREFILL:
+        from moesim.engine.serving import prefill_overlap
+
+        overlap = prefill_overlap(overlap)
+    ev, _ = evaluate_grid(dep.model, dep.hw, grid, phase=phase, overlap=overlap, **kw)
+    t = np.asarray(ev.values["step_time_s"], float)
+    if not np.all(np.isfinite(t)):  # a pass shape the deployment cannot run (never silently priced)
+        bad = int(np.argmin(np.isfinite(t)))
+        raise ValueError(f"pass not priceable: batch {grid.batch[bad]:g}, context {grid.context[bad]:g} ({phase})")
+    return t
+
+
+def _rows(dep: Deployment, **axes) -> Grid:
+    """The deployment's layout broadcast over the given (batch, context) arrays."""
+    n = np.broadcast(*axes.values()).size
+    g = dep.grid
+    return replace(g.take(np.zeros(n, int)), **{k: np.broadcast_to(v, (n,)).astype(float) for k, v in axes.items()})
+
+
+def build(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens: float, prefill: bool,
+          fused: bool, graph_max_bs: int | None = None, prefill_eager: bool = True, n_ctx: int = 10,
+          n_tokens: int = 14, n_len: int = 8) -> Surfaces:  # fmt: skip
+    """Price the pass shapes a simulation of `dep` can run: decode at every batch 1..max_batch,
+    prefill-only passes (`prefill`) and fused passes (`fused`) up to `budget_tokens` per pass and
+    prompts / contexts up to `max_context`. graph_max_bs: the engine's CUDA-graph capture limit
+    (None: every decode batch graphed); prefill_eager: prefill passes launch eagerly."""
+    max_batch = max(int(max_batch), 1)
+    max_context = max(float(max_context), 2.0)
+    ctx = geometric_knots(1.0, max_context, n_ctx)
+    b = np.arange(0, max_batch + 1, dtype=float)
+    B, C = np.meshgrid(b[1:], ctx, indexing="ij")
+    g = _rows(dep, batch=B.ravel(), context=C.ravel())
+    table = np.zeros((max_batch + 1, ctx.size))
+    table[1:] = _eval(dep, g, Phase.DECODE, cuda_graphs=True).reshape(B.shape)
+    eager = None
+    count = g.size
+    gmax = max_batch if graph_max_bs is None else int(graph_max_bs)
+    if gmax < max_batch:
+        sel = b[1:] > gmax
+        ge = _rows(dep, batch=B[sel].ravel(), context=C[sel].ravel())
+        eager = table.copy()
+        eager[1:][sel] = _eval(dep, ge, Phase.DECODE, cuda_graphs=False).reshape(-1, ctx.size)
+        count += ge.size
+    s = Surfaces(ctx, table, eager, gmax)
+    toks = geometric_knots(1.0, max(budget_tokens, 1.0), n_tokens)
+    lens = geometric_knots(1.0, 2.0 * max_context, n_len)  # L up to 2p + c
+    if prefill:
+        T, L = np.meshgrid(toks, lens, indexing="ij")
+        gp = _rows(dep, batch=T.ravel(), context=L.ravel())
+        gp = replace(gp, mtp=np.zeros(gp.size))
+        s.prefill_axes = [toks, lens]
+        s.prefill_table = _eval(dep, gp, Phase.PREFILL, cuda_graphs=not prefill_eager).reshape(T.shape)
+        count += gp.size
+    if fused:
+        bk = np.unique(np.concatenate([[1.0], geometric_knots(1.0, max_batch, 8)]))
+        ck = geometric_knots(1.0, max_context, 5)
+        shares = np.array([1.0]) if dep.dp <= 1 else np.unique([1.0 / dep.dp, 0.5, 1.0])
+        Bf, Cf, Tf, Lf, Ff = np.meshgrid(bk, ck, toks, lens, shares, indexing="ij")
+        gf = _rows(dep, batch=Bf.ravel(), context=Cf.ravel())
+        chunk = (Tf.ravel(), Lf.ravel(), Tf.ravel() * Ff.ravel())
+        # b below 1 (a lock-step pass in which no rank decodes) is looked up at b = 1 (clamped)
+        s.fused_axes = [bk, ck, toks, lens, shares]
+        s.fused_table = _eval(dep, gf, Phase.DECODE, cuda_graphs=not prefill_eager, chunk=chunk).reshape(Bf.shape)
+        count += gf.size
+    s.evaluations = count
+    return s
+
+
+__all__ = ["Deployment", "Surfaces", "build", "effective_length", "geometric_knots"]
