@@ -31,6 +31,8 @@ from moesim.engine.pricing import evaluate_grid
 from moesim.enums import Phase
 from moesim.grid.core import Grid, replace
 
+EXACT_BATCH = 128  # decode steps priced at every batch up to this (GEMM tiles, CUDA-graph buckets)
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -99,12 +101,14 @@ def _multilinear(axes: list[np.ndarray], table: np.ndarray, point) -> float:
 
 @dataclass
 class Surfaces:
-    """Pass times of one deployment (module doc). `decode_table[b]` holds the step at batch b (b = 0
-    unused) over `ctx_knots`; `graph_max_bs`: above it decode steps run eager (their own table)."""
+    """Pass times of one deployment (module doc). `decode_table[i]` holds the step at batch
+    `batch_knots[i]` over `ctx_knots` (every batch up to `EXACT_BATCH`, geometric knots above,
+    linear between); `graph_max_bs`: above it decode steps run eager (`decode_eager`)."""
 
+    batch_knots: np.ndarray
     ctx_knots: np.ndarray
-    decode_table: np.ndarray  # (max_batch + 1, n_ctx), CUDA-graph replay
-    decode_eager: np.ndarray | None  # (max_batch + 1, n_ctx) or None when every batch is graphed
+    decode_table: np.ndarray  # (n_batch, n_ctx), CUDA-graph replay
+    decode_eager: np.ndarray | None  # (n_batch, n_ctx) or None when every batch is graphed
     graph_max_bs: int
     prefill_axes: list | None = None  # [T knots, L knots]
     prefill_table: np.ndarray | None = None
@@ -112,16 +116,27 @@ class Surfaces:
     fused_table: np.ndarray | None = None
     notes: list = field(default_factory=list)
     evaluations: int = 0  # pass shapes priced
+    _rows: dict = field(default_factory=dict, repr=False)
 
     @property
     def max_batch(self) -> int:
-        return self.decode_table.shape[0] - 1
+        return int(self.batch_knots[-1])
 
     def decode_row(self, b: int) -> np.ndarray:
+        """The decode step at batch b over the KV knots (linear between batch knots)."""
         b = min(max(int(b), 1), self.max_batch)
-        if self.decode_eager is not None and b > self.graph_max_bs:
-            return self.decode_eager[b]
-        return self.decode_table[b]
+        row = self._rows.get(b)
+        if row is None:
+            tab = self.decode_eager if self.decode_eager is not None and b > self.graph_max_bs else self.decode_table
+            j = min(int(np.searchsorted(self.batch_knots, b)), self.batch_knots.size - 1)
+            if self.batch_knots[j] == b or j == 0:
+                row = tab[j]
+            else:
+                lo, hi = self.batch_knots[j - 1], self.batch_knots[j]
+                w = (b - lo) / (hi - lo)
+                row = (1.0 - w) * tab[j - 1] + w * tab[j]
+            self._rows[b] = row
+        return row
 
     def decode(self, b: int, ctx) -> np.ndarray:
         """Decode step(s) at batch b for mean KV length(s) ctx (array ok: a run of steps)."""
@@ -169,7 +184,24 @@ def _rows(dep: Deployment, **axes) -> Grid:
     return replace(g.take(np.zeros(n, int)), **{k: np.broadcast_to(v, (n,)).astype(float) for k, v in axes.items()})
 
 
-def build(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens: float, prefill: bool,
+_CACHE: dict = {}
+
+
+def build(dep: Deployment, **kw) -> Surfaces:
+    """`price` with a memo: simulations of one deployment (validation cases, candidates verified
+    at several loads) price its surfaces once per process."""
+    g = dep.grid
+    key = (repr(dep.model), repr(dep.hw), tuple(float(getattr(g, a)[0]) for a in ("tp", "dp", "ep", "moe_tp", "mtp",
+           "acceptance", "redundant")), dep.overlap, tuple(sorted((k, str(v)) for k, v in dep.kw.items())),
+           tuple(sorted(kw.items())))  # fmt: skip
+    if key not in _CACHE:
+        if len(_CACHE) >= 16:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = price(dep, **kw)
+    return _CACHE[key]
+
+
+def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens: float, prefill: bool,
           fused: bool, graph_max_bs: int | None = None, prefill_eager: bool = True, n_ctx: int = 10,
           n_tokens: int = 14, n_len: int = 8) -> Surfaces:  # fmt: skip
     """Price the pass shapes a simulation of `dep` can run: decode at every batch 1..max_batch,
@@ -179,21 +211,23 @@ def build(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
     max_batch = max(int(max_batch), 1)
     max_context = max(float(max_context), 2.0)
     ctx = geometric_knots(1.0, max_context, n_ctx)
-    b = np.arange(0, max_batch + 1, dtype=float)
-    B, C = np.meshgrid(b[1:], ctx, indexing="ij")
+    gmax = max_batch if graph_max_bs is None else int(graph_max_bs)
+    b = np.arange(1, min(max_batch, EXACT_BATCH) + 1, dtype=float)
+    if max_batch > EXACT_BATCH:  # the step is smooth in b at large batches: geometric knots
+        extra = geometric_knots(EXACT_BATCH, max_batch, 24)
+        b = np.unique(np.concatenate([b, extra, [gmax, gmax + 1] if gmax < max_batch else []]))
+    B, C = np.meshgrid(b, ctx, indexing="ij")
     g = _rows(dep, batch=B.ravel(), context=C.ravel())
-    table = np.zeros((max_batch + 1, ctx.size))
-    table[1:] = _eval(dep, g, Phase.DECODE, cuda_graphs=True).reshape(B.shape)
+    table = _eval(dep, g, Phase.DECODE, cuda_graphs=True).reshape(B.shape)
     eager = None
     count = g.size
-    gmax = max_batch if graph_max_bs is None else int(graph_max_bs)
     if gmax < max_batch:
-        sel = b[1:] > gmax
+        sel = b > gmax
         ge = _rows(dep, batch=B[sel].ravel(), context=C[sel].ravel())
         eager = table.copy()
-        eager[1:][sel] = _eval(dep, ge, Phase.DECODE, cuda_graphs=False).reshape(-1, ctx.size)
+        eager[sel] = _eval(dep, ge, Phase.DECODE, cuda_graphs=False).reshape(-1, ctx.size)
         count += ge.size
-    s = Surfaces(ctx, table, eager, gmax)
+    s = Surfaces(b, ctx, table, eager, gmax)
     toks = geometric_knots(1.0, max(budget_tokens, 1.0), n_tokens)
     lens = geometric_knots(1.0, 2.0 * max_context, n_len)  # L up to 2p + c
     if prefill:
@@ -218,4 +252,4 @@ def build(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
     return s
 
 
-__all__ = ["Deployment", "Surfaces", "build", "effective_length", "geometric_knots"]
+__all__ = ["Deployment", "Surfaces", "build", "price", "effective_length", "geometric_knots"]
