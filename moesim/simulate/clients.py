@@ -457,7 +457,10 @@ def _read_jsonl(path: Path, cap: int, check_cap: bool):
     lines = keep + 1
     body = "\n".join(arr[keep].tolist())
     try:
-        df = pd.read_json(io.StringIO(body), lines=True, orient="records", dtype=False, convert_dates=False)
+        # no dtype or date guessing ("timestamp" would become a datetime); pandas 3 folds
+        # convert_dates into dtype=False and deprecates the keyword
+        dates = {} if int(pd.__version__.split(".")[0]) >= 3 else {"convert_dates": False}
+        df = pd.read_json(io.StringIO(body), lines=True, orient="records", dtype=False, **dates)
     except ValueError:
         df = None
     if df is None:
@@ -489,13 +492,13 @@ def _numbers(col, field: str, where, *, lo: float, what: str, integer: bool = Fa
 
     s = col
     if s.dtype == bool:
-        raise ConfigError(f"{where(0, field)}: {col.iloc[0]!r} is not a number; allowed {what}")
+        raise ConfigError(f"{where(0, field)}: {bool(col.iloc[0])} is not a number; allowed {what}")
     if s.dtype == object:
         types = s.map(type)
         is_bool = types.isin([bool, np.bool_]).to_numpy()
         if is_bool.any():
             i = int(np.flatnonzero(is_bool)[0])
-            raise ConfigError(f"{where(i, field)}: {col.iloc[i]!r} is not a number; allowed {what}")
+            raise ConfigError(f"{where(i, field)}: {bool(col.iloc[i])} is not a number; allowed {what}")
         is_str = types.isin([str]).to_numpy()
         if is_str.any():
             s = s.copy()
