@@ -19,13 +19,12 @@ from moesim.engine.pricing import resolve_specs
 from moesim.enums import DEFAULT_ENGINE, Engine, Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
-from moesim.grid.layout import resolve_parallel
 from moesim.metrics.memory import max_batch, memory
 from moesim.simulate import surface as S
 from moesim.simulate.events import KvLink, run
 from moesim.simulate.instance import Instance, Reqs
 from moesim.simulate.requests import RequestLog, TimeSeries, Workload
-from moesim.simulate.rules import Rules
+from moesim.simulate.rules import Rules, rules_for
 
 LAYOUT_KEYS = ("tp", "dp", "ep", "moe_tp", "redundant_experts", "overlap", "comm")
 
@@ -107,18 +106,23 @@ def _deployment(model, hardware, layout: dict, common: dict, mean_len: float):
     return dep, c, d.notes
 
 
-def _pool(role, model, hardware, layout, common, rules: Rules, work: Workload, instances: int):
+def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, instances: int):
+    """engine: (name, profile file or None, Rules overrides)."""
     isl = np.asarray(work.input_tokens, float)
     osl = np.asarray(work.output_tokens, float)
     mean_len = float(np.mean(isl + osl)) if role != "prefill" else float(np.mean(isl))
     dep, c, notes = _deployment(model, hardware, layout, common, mean_len)
     kv = kv_capacity_tokens(dep.model, dep.hw, dep.grid, c["comm"], mean_len)
+    dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
+    name, prof, overrides = engine
+    rules, src = rules_for(name, prof, memory_bytes=dep.hw.memory_bytes, dp=dp, tp=c["tp"], kv_tokens=kv,
+                           context_len=dep.model.max_context, overrides=overrides)  # fmt: skip
+    notes = notes + src
     if kv < float(np.max(isl)) + 1:
         raise ConfigError(
             f"{role} instance ({c['gpus']} GPUs, TP{c['tp']} DP{c['dp']} EP{c['ep']}): its KV pool holds "
             f"{kv:,.0f} tokens per rank, less than the longest prompt ({np.max(isl):,.0f}); more GPUs or a smaller model"
         )
-    dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
     # running requests per rank: the engine's limit, and no more than the KV pool can hold at once
     max_run = min(rules.max_running, max(int(kv // (float(np.min(isl)) + 1.0)), 1))
     rules = rules.with_(max_running=max_run)
@@ -126,7 +130,7 @@ def _pool(role, model, hardware, layout, common, rules: Rules, work: Workload, i
     surf = S.build(dep, max_batch=rules.max_running, max_context=max_ctx, budget_tokens=rules.chunk_tokens,
                    prefill=not rules.fused or role == "prefill", fused=rules.fused or dp > 1,
                    graph_max_bs=rules.graph_max_bs, prefill_eager=rules.prefill_eager)  # fmt: skip
-    return Pool(role, instances, c, rules, surf, kv, dep), notes
+    return Pool(role, instances, c, rules, surf, kv, dep), dp, notes
 
 
 def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=None, dp=None, ep=None, moe_tp=None,
@@ -138,7 +142,6 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
     {"instances", "tp", "dp", "ep", "moe_tp", ...} prefill instances feeding `replicas` decode
     instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields)."""
     from moesim.simulate import stats as ST
-    from moesim.simulate.rules import rules_for
 
     t0 = time.perf_counter()
     engine = Engine.parse(engine, "engine").value
@@ -154,21 +157,20 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
     if prefill is not None:
         p = dict(prefill)
         n_pre = check_number("prefill.instances", p.pop("instances", 1), lo=1, hi=4096, integer=True)
-        unknown = [k for k in p if k not in LAYOUT_KEYS]
+        unknown = [k for k in p if k not in (*LAYOUT_KEYS, "rules")]
         if unknown:
             raise ConfigError(f"prefill: unknown keys {sorted(unknown)}; allowed: instances, {', '.join(LAYOUT_KEYS)}")
-        specs.append(("prefill", {**layout, **{k: v for k, v in p.items() if v is not None}}, n_pre))
-        specs.append(("decode", layout, replicas))
+        pre_rules = {**(rules or {}), **(p.pop("rules", None) or {})}
+        specs.append(("prefill", {**layout, **{k: v for k, v in p.items() if v is not None}}, n_pre, pre_rules))
+        specs.append(("decode", layout, replicas, rules))
     else:
-        specs.append(("both", layout, replicas))
+        specs.append(("both", layout, replicas, rules))
     R = Reqs(workload.input_tokens, workload.output_tokens, workload.prefix_ids(), workload.prefix_lengths())
     m, h = resolve_specs(model, hardware, set)
     pools, inst_pools, idx = [], [], 0
-    for role, lay, count in specs:
-        dpn = resolve_parallel(m, lay.get("tp"), lay.get("dp"), lay.get("ep"), lay.get("moe_tp"))[1] if m.is_moe else 1
-        base, src_notes = rules_for(engine, engine_profile, memory_bytes=h.memory_bytes, dp=dpn, overrides=rules)
-        pool, n1 = _pool(role, m, h, lay, common, base, workload, count)
-        notes += n1 + src_notes
+    for role, lay, count, over in specs:
+        pool, dpn, n1 = _pool(role, m, h, lay, common, (engine, engine_profile, over), workload, count)
+        notes += n1
         insts = []
         for _ in range(count):
             insts.append(Instance(idx, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from moesim.errors import ConfigError, check_number
 
 POLICIES = ("prefill-priority", "fused")
@@ -72,16 +70,59 @@ class Rules:
 __all__ = ["Rules", "POLICIES", "ADMISSIONS", "ROUTERS"]
 
 
-def rules_for(engine, profile=None, *, memory_bytes, dp, overrides=None):
-    """TEMPORARY until the engine profiles land."""
-    from moesim.engine import scheduler as Sch
+# the profiles' policy names -> the simulator's (vLLM ships no replica router and TRT-LLM's attention-DP
+# ranks draw from one executor queue with balancing off: both taken as round robin)
+_ROUTER_NAMES = {"cache_aware": "cache-aware", "round_robin": "round-robin", "random": "random",
+                 "power_of_two": "power-of-two", "least_loaded": "shortest-queue", "shortest_queue": "shortest-queue",
+                 "none": "round-robin", "follow_bootstrap_room": "round-robin"}  # fmt: skip
+_ADMISSION = {"sglang": "reserve", "vllm": "incremental", "trtllm": "no-evict"}
 
-    e = str(engine)
-    budget = int(Sch.default_budget_tokens(e, memory_bytes, np.asarray([float(dp)]))[0])
-    if e == "sglang":
-        r = Rules(e, "?", "prefill-priority", budget, 16384, 4096, True, "reserve", cpu_overlapped=True)
-    elif e == "vllm":
-        r = Rules(e, "?", "fused", budget, budget, 1024, True, "incremental")
+
+def rules_for(engine, profile=None, *, memory_bytes, dp, tp=1, kv_tokens=None, context_len=None, overrides=None):
+    """-> (Rules, notes): the engine's serving profile (`moesim.simulate.engines`: shipped or a
+    user's file) at this GPU memory, attention-DP size and KV pool, with `overrides` (Rules fields)."""
+    from moesim.simulate.engines import load_engine_profile
+
+    p = load_engine_profile(profile if profile is not None else engine)
+    e = p.engine.value
+    sch, ov = p.scheduler, p.overheads
+    budget = p.prefill_budget_tokens(memory_bytes)
+    if e == "sglang" and sch.chunk_divided_by_dp_attention and dp > 1:
+        budget = max(budget // int(dp), 1)  # SGLang splits the chunk over the DP-attention ranks
+    running = p.max_running_requests(memory_bytes, kv_tokens, context_len)
+    if e == "trtllm" and sch.capacity_scheduler_policy != "GUARANTEED_NO_EVICT":
+        admission = "incremental"
     else:
-        r = Rules(e, "?", "fused", budget, budget, 2048, True, "no-evict")
-    return r.with_(**(overrides or {})), []
+        admission = _ADMISSION[e]
+    ratio0 = float(getattr(sch, "init_new_token_ratio", 0.7) if e == "sglang" else 0.7)
+    ratio_min = ratio0 * float(sch.min_new_token_ratio_factor) if e == "sglang" else ratio0
+    steps = float(sch.new_token_ratio_decay_steps) if e == "sglang" else 1.0
+    chunked = bool(sch.enable_chunked_prefill) if e != "sglang" else True
+    graph_tokens = getattr(p.cuda_graph, "prefill_graph_max_tokens", 0) or 0
+    r = Rules(
+        engine=e,
+        version=p.version,
+        policy="prefill-priority" if sch.kind == "prefill_priority" else "fused",
+        chunk_tokens=int(budget),
+        max_prefill_tokens=int(getattr(sch, "max_prefill_tokens", budget)) if e == "sglang" else int(budget),
+        max_running=int(running),
+        chunked_prefill=chunked,
+        admission=admission,
+        new_token_ratio_init=ratio0,
+        new_token_ratio_min=ratio_min,
+        new_token_ratio_decay=(ratio0 - ratio_min) / steps,
+        step_cpu_s=float(ov.step_cpu_fixed_s),
+        step_cpu_per_req_s=float(ov.step_cpu_per_request_s),
+        cpu_overlapped=p.step_cpu_overlapped,
+        request_in_s=p.request_fixed_s,
+        request_in_per_token_s=float(ov.tokenize_per_token_s),
+        response_out_s=p.token_out_s(1),
+        first_token_after_next_pass=bool(p.first_token.after_next_pass_completes),
+        graph_max_bs=p.cuda_graph_max_bs(memory_bytes, tp),
+        prefill_eager=p.prefill_eager or budget > graph_tokens,
+        router=_ROUTER_NAMES[p.router_policy],
+        dp_balance=_ROUTER_NAMES[p.dp_rank_policy],
+        long_prefill_tokens=int(getattr(sch, "long_prefill_token_threshold", 0) or 0),
+        sources=(("profile", f"{p.file} ({p.version})"),),
+    )
+    return r.with_(**(overrides or {})), [f"engine: {p.version}, serving profile {p.file}"]
