@@ -118,11 +118,23 @@ def _mount():
     """Each command lives in its own module (import cost at start-up: typer only; the modules
     import their heavy dependencies inside the command functions)."""
     # lazy: the command modules register on `app`, which must exist first
-    from moesim.cli import budget, calibrate, eplb, kernel, model_import, plan, roofline, sweep, timeline, validate
+    from moesim.cli import (
+        budget,
+        calibrate,
+        eplb,
+        kernel,
+        model_import,
+        plan,
+        roofline,
+        simulate,
+        sweep,
+        timeline,
+        validate,
+    )
 
     app.add_typer(calibrate.app, name="calibrate", help="Run kernels, fit and show calibration profiles.")
     app.add_typer(model_import.app, name="model", help="Model spec tools (import a HF config.json).")
-    for mod in (kernel, sweep, budget, plan, eplb, validate, timeline, roofline):
+    for mod in (kernel, sweep, budget, plan, eplb, validate, timeline, roofline, simulate):
         mod.register(app)
 
 

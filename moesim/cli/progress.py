@@ -15,11 +15,13 @@ STEP = 0.1  # plain mode: a line per 10 %
 class Progress:
     """``update(done, total)`` callbacks -> a bar (terminal) or a line per 10 % (not a terminal)."""
 
-    def __init__(self, after_s=1.0, *, label: str = "sweep", stream=None, tty: bool | None = None, clock=None):
+    def __init__(self, after_s=1.0, *, label: str = "sweep", stream=None, tty: bool | None = None, clock=None,
+                 unit: str = "configurations"):  # fmt: skip
         self.clock = clock or time.perf_counter
         self.t0 = self.clock()
         self.after_s = after_s
         self.label = label
+        self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
         self.tty = _isatty(self.stream) if tty is None else tty
         self.bar = None
@@ -54,7 +56,7 @@ class Progress:
             return  # short, or all done at the first report: nothing to follow
         self.printed = True
         left = el / frac - el if frac > 0 else float("nan")
-        print(f"{self.label}: {frac:.0%} ({done:,} of {total:,} configurations), {el:.1f} s, ~{left:.1f} s left",
+        print(f"{self.label}: {frac:.0%} ({done:,} of {total:,} {self.unit}), {el:.1f} s, ~{left:.1f} s left",
               file=self.stream, flush=True)  # fmt: skip
 
     def _start(self, total) -> None:

@@ -103,7 +103,7 @@ def _deployment(model, hardware, layout: dict, common: dict, mean_len: float):
     ekw = {k: common[k] for k in ("cost_mode", "expert_skew", "engine", "force_profile") if common.get(k) is not None}
     ekw.update(comm=c["comm"], profile_path=common.get("profile"), context_dist="fixed")
     dep = S.Deployment(d.model, d.hardware, g, overlap=c["overlap"], kw=ekw)
-    return dep, c, d.notes
+    return dep, c, []  # the batch-1 step's own notes (its rank imbalance, its memory) do not describe the run
 
 
 def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, instances: int):
