@@ -29,12 +29,20 @@ def validate(
     engine: Annotated[
         str | None, typer.Option("--engine", help=O.HELP["engine"] + " (default: each case's own, else sglang)")
     ] = None,
+    serving: Annotated[
+        bool,
+        typer.Option(
+            "--serving",
+            help="also replay the published serving runs with the simulator "
+            "(validation/simulate_cases.yaml: TTFT / TPOT / ITL percentiles; ~15 s)",
+        ),
+    ] = False,
 ):
     """Predicted vs published figures, relative error, pass/fail; exits 1 if any case fails."""
     check_report_suffix(out)
     if plot is not None:
         check_figure_suffix(plot, "--plot")
-    checks = run(cases or None, ids=set(only) if only else None, engine=engine)
+    checks = run(cases or None, ids=set(only) if only else None, engine=engine, serving=serving)
     summ = summary(checks)
     if json_out:
         typer.echo(json_text({"checks": [c.__dict__ for c in checks], "summary": summ}))

@@ -5,6 +5,7 @@ source per number) and the deployment (DP ranks, KV capacity). Seconds and token
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from moesim.errors import ConfigError, check_number
 
@@ -123,6 +124,6 @@ def rules_for(engine, profile=None, *, memory_bytes, dp, tp=1, kv_tokens=None, c
         router=_ROUTER_NAMES[p.router_policy],
         dp_balance=_ROUTER_NAMES[p.dp_rank_policy],
         long_prefill_tokens=int(getattr(sch, "long_prefill_token_threshold", 0) or 0),
-        sources=(("profile", f"{p.file} ({p.version})"),),
+        sources=(("profile", f"{Path(p.file).name} ({p.version})"),),
     )
-    return r.with_(**(overrides or {})), [f"engine: {p.version}, serving profile {p.file}"]
+    return r.with_(**(overrides or {})), [f"engine: {p.version}, serving profile {Path(p.file).name}"]

@@ -26,12 +26,16 @@ from moesim.specs.loader import data_root, read_mapping
 __all__ = ["Check", "default_case_files", "load_cases", "run_case", "summary", "validate"]
 
 
-def default_case_files() -> list[Path]:
-    return sorted((data_root() / "validation").glob("*cases*.yaml"))
+SERVING_FILE = "simulate_cases.yaml"  # published serving runs, replayed by the simulator (~15 s): --serving
 
 
-def load_cases(paths=None) -> list[dict]:
-    paths = [Path(p) for p in (paths or default_case_files())]
+def default_case_files(serving: bool = False) -> list[Path]:
+    files = sorted((data_root() / "validation").glob("*cases*.yaml"))
+    return [p for p in files if serving or p.name != SERVING_FILE]
+
+
+def load_cases(paths=None, serving: bool = False) -> list[dict]:
+    paths = [Path(p) for p in (paths or default_case_files(serving))]
     cases = []
     for p in paths:
         if not p.exists():
@@ -112,7 +116,7 @@ def _check_case(p, c):
     cid = c["id"]
     if not isinstance(cid, (str, int)) or isinstance(cid, bool):
         raise SpecError(f"{p}: id: {cid!r}; allowed a text or integer id")
-    for key in ("config", "inputs", "expect", "expect_us", "kernel", "kernel_rows"):
+    for key in ("config", "inputs", "expect", "expect_us", "kernel", "kernel_rows", "deployment", "client"):
         if c.get(key) is not None and not isinstance(c[key], dict):
             raise SpecError(f"{p}: {cid}: {key}: expected a mapping, got {type(c[key]).__name__}")
     ref = (c.get("config") or {}).get("same_as")
@@ -129,12 +133,13 @@ def _check_case(p, c):
             )
 
 
-def validate(paths=None, ids=None, engine=None) -> list[Check]:
+def validate(paths=None, ids=None, engine=None, serving: bool = False) -> list[Check]:
     """Run the cases (all, or `ids`); `engine` (sglang, trtllm, vllm): the profile every case without
-    its own `engine:` key is priced with (default: each runner's, sglang)."""
+    its own `engine:` key is priced with (default: each runner's, sglang); `serving`: the default
+    files include the published serving runs (validation/simulate_cases.yaml, simulated)."""
     if engine is not None:
         engine = Engine.parse(engine, "engine").value
-    cases = [with_engine(c, engine) for c in load_cases(paths)]
+    cases = [with_engine(c, engine) for c in load_cases(paths, serving)]
     by_id = {c["id"]: c for c in cases}
     unknown = sorted(set(ids or ()) - set(map(str, by_id)) - set(by_id), key=str)
     if unknown:

@@ -4,7 +4,7 @@ a fleet (`inputs.average_nodes`), capacity plan (`inputs`), published rows of a 
 (`kernel_rows`), kernel (`kernel`), layer breakdown
 (`expect_us`), micro-batching speed-up (`expect.speedup_at_batch_<B>`), Pareto ratio
 (`expect.throughput_ratio_...`), largest batch at an SLO (`config.min_tokens_per_s_per_user`),
-else a plain estimate. Adding a kind = one runner + one table row.
+a served benchmark run replayed by the simulator (`client`), else a plain estimate. Adding a kind = one runner + one table row.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from moesim.analyses.validate.common import (
 )
 from moesim.analyses.validate.kernel_rows import run_kernel_rows
 from moesim.analyses.validate.pareto_case import pareto_ratio
+from moesim.analyses.validate.simulate_case import SERVING_TOLERANCE, run_simulate_case
 from moesim.engine.pricing import load_profile_for, resolve_specs
 from moesim.enums import DEFAULT_ENGINE
 from moesim.errors import SpecError
@@ -222,6 +223,7 @@ RUNNERS = {
     "pareto_ratio": (run_pareto_ratio, "system"),
     "slo_batch": (run_slo_batch, "system"),
     "estimate": (run_estimate_case, "system"),
+    "simulate": (run_simulate_case, "serving"),
 }
 
 
@@ -229,6 +231,8 @@ def case_kind(case, by_id) -> str:
     """The kind of a case (a key of RUNNERS), read from which keys it has."""
     inputs = case.get("inputs") or {}
     expect = case.get("expect") or {}
+    if "client" in case:
+        return "simulate"
     if "average_nodes" in inputs:
         return "economics"
     if inputs:
@@ -263,6 +267,7 @@ def with_engine(case: dict, engine) -> dict:
 
 def run_case(case, by_id) -> list[Check]:
     """The checks of one case: its kind's runner."""
-    tol = float(num(case.get("tolerance", 0.2)))
-    runner, default_cls = RUNNERS[case_kind(case, by_id)]
+    kind = case_kind(case, by_id)
+    tol = float(num(case.get("tolerance", SERVING_TOLERANCE if kind == "simulate" else 0.2)))
+    runner, default_cls = RUNNERS[kind]
     return runner(Case(case, by_id, case.get("class") or default_cls, tol))
