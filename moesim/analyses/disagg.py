@@ -63,6 +63,7 @@ class DisaggResult:
     budget: dict | None = None
     searched: dict = field(default_factory=dict)
     frames: dict = field(default_factory=dict, repr=False)  # "prefill", "decode", "mixed" DataFrames
+    verified: list = field(default_factory=list)  # simulated candidates (moesim.analyses.verify)
 
     def to_dict(self) -> dict:
         d = {
@@ -81,6 +82,7 @@ class DisaggResult:
                 "notes",
                 "budget",
                 "searched",
+                "verified",
             )
         }
         return jsonable(d)
@@ -124,11 +126,13 @@ def disagg(
     chunk_tokens=None,
     total_gpus=None,
     gpus_per_node=None,
+    verify=False,
 ) -> DisaggResult:
     """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds).
     total_gpus: at most this many GPUs in whole instances (x prefill + y decode; aggregated replicas),
     each instance counted in whole nodes of gpus_per_node (default: the hardware's NVLink domain)
-    when it spans several; the result's `budget` compares the two at that size."""
+    when it spans several; the result's `budget` compares the two at that size. verify: simulate the
+    chosen PD pair and the aggregated best (`moesim.analyses.verify`) -> `verified`, notes."""
     isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
     max_instances = _max_instances(max_instances)
     cost_mode = CostMode.parse(cost_mode, "cost_mode").value
@@ -171,6 +175,11 @@ def disagg(
         sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
         speedup = budget_d["disagg_over_aggregated_total"]
     srch = _searched(pre, dec, mix, (prow, drow, agg), notes, {"tp": min(hp.domain_gpus, hd.domain_gpus)})
+    verified = []
+    if verify:
+        verified = _verify(m, hp, hd, (prow, drow, agg), deployment, (isl, osl), (max_ttft_s, max_tpot_s),
+                           dict(engine=engine, cost_mode=cost_mode, set=set, expert_skew=expert_skew,
+                                chunk_tokens=chunk_tokens), notes)  # fmt: skip
     return DisaggResult(
         workload,
         prow,
@@ -186,7 +195,25 @@ def disagg(
         budget_d,
         srch,
         {"prefill": pre, "decode": dec, "mixed": mix},
+        verified,
     )
+
+
+def _verify(m, hp, hd, rows, deployment, lengths, targets, kw, notes) -> list:
+    """The chosen PD pair (its instances, every decode slot taken) and the aggregated best (one
+    instance) simulated (`moesim.analyses.verify`); notes where they disagree or miss a target."""
+    from moesim.analyses import verify as V
+
+    prow, drow, agg = rows
+    cands = []
+    if prow and drow and deployment and hp.name == hd.name:
+        cands.append(V.Candidate("PD", drow, deployment["decode_instances"], prow, deployment["prefill_instances"],
+                                 closed={"ttft_s": prow["ttft_total_s"], "tpot_s": drow["tpot_s"]}))  # fmt: skip
+    if agg:
+        cands.append(V.Candidate("aggregated", agg, 1, closed={"ttft_s": agg["ttft_s"], "tpot_s": agg["tpot_s"]}))
+    out = V.verify(m, hd, cands, isl=lengths[0], osl=lengths[1], **{k: v for k, v in kw.items() if v is not None})
+    notes += V.notes(out, *targets)
+    return out
 
 
 def _budget_axes(m, prefill_axes, decode_axes, aggregated_axes, total_gpus):

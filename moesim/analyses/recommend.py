@@ -109,6 +109,7 @@ def disagg_candidates(pre, dec, isl, osl, load, gpn):
             "tokens_per_s_per_gpu": (np.minimum(x * p_req, y * d_req) * osl / gpus).ravel(),
             "ttft_s": ttft.ravel(),
             "tpot_s": tpot.ravel(),
+            "_x": xs,  # prefill instances (for the verification)
             "_p": p.index.to_numpy()[pi],  # the prefill and decode rows (for --emit-launch)
             "_d": d.index.to_numpy()[di],
         }
@@ -128,6 +129,7 @@ def recommend(
     gpus_per_node=None,
     include_disagg=True,
     launch_top=0,
+    verify_top=0,
     **disagg_kwargs,
 ):
     """Candidate deployments serving the load, fewest GPUs first (then most tokens/s per GPU): a
@@ -149,10 +151,41 @@ def recommend(
         out = out.sort_values(["gpus", "tokens_per_s_per_gpu"], ascending=[True, False], kind="stable")
     out = out.reset_index(drop=True)
     launch = _launch_entries(out.head(launch_top), r.frames) if launch_top else []
-    out = out.drop(columns=[c for c in ("_p", "_d") if c in out.columns])
+    notes = list(r.notes)
+    if verify_top and len(out):
+        notes += _verify(out, r.frames, model, hardware, (isl, osl), (max_ttft_s, max_tpot_s), load, verify_top,
+                         disagg_kwargs)  # fmt: skip
+    out = out.drop(columns=[c for c in ("_p", "_d", "_x") if c in out.columns])
     out.attrs.update({"launch": launch} if launch_top else {})
-    out.attrs.update({"load": dict([load]), "gpus_per_node": gpn, "searched": r.searched, "notes": r.notes})
+    out.attrs.update({"load": dict([load]), "gpus_per_node": gpn, "searched": r.searched, "notes": notes})
     return out
+
+
+SIM_COLUMNS = ("sim_ttft_mean_s", "sim_ttft_p90_s", "sim_tpot_mean_s", "sim_tpot_p90_s")
+
+
+def _verify(out, frames, model, hardware, lengths, targets, load, top, kw) -> list:
+    """The first `top` candidates simulated at the load (`moesim.analyses.verify`): sim_* columns
+    (NaN below them) and the notes."""
+    from moesim.analyses import verify as V
+
+    cands = []
+    for c in out.head(top).to_dict("records"):
+        n = int(c["instances"])
+        if c["mode"] == "aggregated":
+            cands.append(V.Candidate(c["deployment"], frames["mixed"].loc[c["_d"]].to_dict(), n,
+                                     closed={"ttft_s": c["ttft_s"], "tpot_s": c["tpot_s"]}))  # fmt: skip
+            continue
+        x = int(c["_x"])
+        cands.append(V.Candidate(c["deployment"], frames["decode"].loc[c["_d"]].to_dict(), n - x,
+                                 frames["prefill"].loc[c["_p"]].to_dict(), x,
+                                 closed={"ttft_s": c["ttft_s"], "tpot_s": c["tpot_s"]}))  # fmt: skip
+    keys = ("engine", "cost_mode", "set", "expert_skew", "chunk_tokens")
+    rows = V.verify(model, hardware, cands, isl=lengths[0], osl=lengths[1], load=load,
+                    **{k: kw[k] for k in keys if kw.get(k) is not None})  # fmt: skip
+    for col in SIM_COLUMNS:
+        out[col] = [r[col] for r in rows] + [float("nan")] * (len(out) - len(rows))
+    return V.notes(rows, *targets)
 
 
 def _launch_entries(top, frames) -> list:

@@ -39,6 +39,14 @@ def recommend_cmd(
     ] = None,
     no_disagg: Annotated[bool, typer.Option("--no-disagg", help="aggregated deployments only")] = False,
     top: Annotated[int, typer.Option("--top", help="candidates to show (the best and the runners-up)")] = 5,
+    verify: Annotated[
+        int,
+        typer.Option(
+            "--verify",
+            help="simulate the first N candidates at the load (request-level simulator: "
+            "p90 TTFT / TPOT; 0 = closed forms only)",
+        ),
+    ] = 3,
     json_out: O.JsonRows = False,
     emit_launch: O.EmitLaunch = False,
 ):
@@ -46,6 +54,8 @@ def recommend_cmd(
     replicas or disaggregated prefill + decode instances, with the runners-up."""
     if top < 0:
         raise ConfigError("--top: must be >= 0")
+    if verify < 0:
+        raise ConfigError("--verify: must be >= 0 (candidates to simulate)")
     tune_malloc()
     with Progress() as prog:
         df = recommend(
@@ -65,6 +75,7 @@ def recommend_cmd(
             total_gpus=max_gpus,
             progress=prog.update,
             launch_top=1 if emit_launch else 0,  # the best candidate's instances
+            verify_top=verify,
         )
     if json_out:
         typer.echo(frame_json_text(df.head(top)))

@@ -182,6 +182,14 @@ def plan(
         Path | None, typer.Option("--out", help="write the plan: .json (all) or .csv/.parquet (hourly)")
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG/SVG/PDF of hourly nodes and cost")] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify/--no-verify",
+            help="simulate one prefill unit at its planned load (request-level "
+            "simulator: its TTFT mean / p90 against the planner's M/G/1)",
+        ),
+    ] = True,
 ):
     """Capacity plan: nodes per hour for a day of traffic, from the model's own throughputs."""
     if out is not None and out.suffix.lower() not in PLAN_OUT:
@@ -191,7 +199,7 @@ def plan(
     t = traffic_from_flags(traffic, flags)
     if plot is not None and t.aggregated is not None:
         raise ConfigError("--plot: draws the prefill and decode pools; not available with an aggregated pool")
-    r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew, engine=engine)
+    r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew, engine=engine, verify=verify)
     d = r.to_dict()
     _write_plan(r, d, out, plot)
     if json_out:

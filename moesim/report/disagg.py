@@ -97,6 +97,20 @@ def print_disagg(r) -> None:
         lines += _system_lines(r, p, d)
     if a:
         lines += _aggregated_lines(r, a)
-    lines += _budget_lines(r.budget) + _searched_lines(r.searched)
+    lines += _budget_lines(r.budget) + _verified_lines(r.verified) + _searched_lines(r.searched)
     lines += [f"note: {n}" for n in r.notes]
     console().print("\n".join(lines), highlight=False)
+
+
+def _verified_lines(rows) -> list[str]:
+    """The simulated candidates: p90 as a benchmark client measures them (moesim simulate)."""
+    out = []
+    for v in rows or []:
+        if v.get("skipped"):
+            continue  # said in the notes
+        out.append(
+            f"simulated {v['candidate']:10s} TTFT mean {v['sim_ttft_mean_s'] * 1e3:,.1f} ms p90 "
+            f"{v['sim_ttft_p90_s'] * 1e3:,.1f} ms · TPOT mean {v['sim_tpot_mean_s'] * 1e3:.1f} ms p90 "
+            f"{v['sim_tpot_p90_s'] * 1e3:.1f} ms · {v['sim_output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU ({v['load']})"
+        )
+    return out

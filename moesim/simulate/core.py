@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.estimate import estimate_step
+from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import DEFAULT_ENGINE, Engine, Phase
 from moesim.errors import ConfigError, check_number
@@ -93,16 +94,18 @@ def kv_capacity_tokens(model, hw, grid_row: Grid, comm, mean_len: float) -> floa
     return b * (mean_len + float(g.q_len[0]))
 
 
-def _deployment(model, hardware, layout: dict, common: dict, mean_len: float):
-    """-> (Deployment, estimate config, notes): the layout checked by estimate_step (one decode step)."""
+def _deployment(model, hardware, layout: dict, common: dict, mean_len: float, phase: str = "decode"):
+    """-> (Deployment, estimate config, notes): the layout checked by estimate_step (one decode step,
+    or for a PD prefill pool one prefill pass: its overlap and all-to-all are the prefill's)."""
     kw = {k: layout.get(k) for k in LAYOUT_KEYS}
-    d = estimate_step(model, hardware, phase="decode", batch=1, context=max(mean_len, 1.0), **kw, **common)
+    batch = 1 if phase == "decode" else max(mean_len, 1.0)
+    d = estimate_step(model, hardware, phase=phase, batch=batch, context=max(mean_len, 1.0), **kw, **common)
     c = d.config
     g = Grid.single(tp=c["tp"], dp=c["dp"], ep=c["ep"], moe_tp=c["moe_tp"], batch=1, context=mean_len, mtp=c["mtp"],
                     acceptance=c["acceptance"], redundant=c["redundant_experts"])  # fmt: skip
     ekw = {k: common[k] for k in ("cost_mode", "expert_skew", "engine", "force_profile") if common.get(k) is not None}
     ekw.update(comm=c["comm"], profile_path=common.get("profile"), context_dist="fixed")
-    dep = S.Deployment(d.model, d.hardware, g, overlap=c["overlap"], kw=ekw)
+    dep = S.Deployment(d.model, d.hardware, g, overlap=kw.get("overlap"), kw=ekw)  # None: the engine default per pass
     return dep, c, []  # the batch-1 step's own notes (its rank imbalance, its memory) do not describe the run
 
 
@@ -111,7 +114,7 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     isl = np.asarray(work.input_tokens, float)
     osl = np.asarray(work.output_tokens, float)
     mean_len = float(np.mean(isl + osl)) if role != "prefill" else float(np.mean(isl))
-    dep, c, notes = _deployment(model, hardware, layout, common, mean_len)
+    dep, c, notes = _deployment(model, hardware, layout, common, mean_len, "prefill" if role == "prefill" else "decode")
     kv = kv_capacity_tokens(dep.model, dep.hw, dep.grid, c["comm"], mean_len)
     dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
     name, prof, overrides = engine
@@ -127,9 +130,13 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     max_run = min(rules.max_running, max(int(kv // (float(np.min(isl)) + 1.0)), 1))
     rules = rules.with_(max_running=max_run)
     max_ctx = float(np.max(isl + osl)) + 1.0
+    # SGLang's DeepEP auto mode runs normal-mode all-to-all in a pass in which any rank extends
+    # (moesim.engine.serving._price does the same); the fused engines keep the deployment's
+    fused_comm = default_comm(Phase.PREFILL) if not rules.fused and layout.get("comm") is None else None
     surf = S.build(dep, max_batch=rules.max_running, max_context=max_ctx, budget_tokens=rules.chunk_tokens,
                    prefill=not rules.fused or role == "prefill", fused=rules.fused or dp > 1,
-                   graph_max_bs=rules.graph_max_bs, prefill_eager=rules.prefill_eager)  # fmt: skip
+                   graph_max_bs=rules.graph_max_bs, prefill_eager=rules.prefill_eager,
+                   fused_comm=fused_comm)  # fmt: skip
     return Pool(role, instances, c, rules, surf, kv, dep), dp, notes
 
 
@@ -137,10 +144,12 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
              mtp=0, acceptance=0.8, redundant_experts=0, overlap=None, comm=None, replicas=1, prefill=None,
              engine=DEFAULT_ENGINE, engine_profile=None, rules=None, cost_mode="calibrated", set=None,
              expert_skew="auto", profile=None, force_profile=False, prefix_cache=True, hit_ratio=0.0,
-             slo_ttft_s=None, slo_tpot_s=None, seed=0, progress=None) -> SimResult:  # fmt: skip
+             slo_ttft_s=None, slo_tpot_s=None, seed=0, progress=None, prefill_only=False) -> SimResult:  # fmt: skip
     """Simulate `workload` on `replicas` instances of the layout (aggregated), or with `prefill` =
     {"instances", "tp", "dp", "ep", "moe_tp", ...} prefill instances feeding `replicas` decode
-    instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields)."""
+    instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields).
+    prefill_only: `replicas` PD prefill instances of the layout alone; a request is served when its
+    KV has left (TTFT = the prefill pool's part: queue, passes, transfer; no decode)."""
     from moesim.simulate import stats as ST
 
     t0 = time.perf_counter()
@@ -154,7 +163,11 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
     layout = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, overlap=overlap, comm=comm)
     notes: list = []
     specs = []
-    if prefill is not None:
+    if prefill_only:
+        if prefill is not None:
+            raise ConfigError("prefill_only: the layout is the prefill instance; give no `prefill` pool")
+        specs.append(("prefill", layout, replicas, rules))
+    elif prefill is not None:
         p = dict(prefill)
         n_pre = check_number("prefill.instances", p.pop("instances", 1), lo=1, hi=4096, integer=True)
         unknown = [k for k in p if k not in (*LAYOUT_KEYS, "rules")]
@@ -180,7 +193,7 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
         pools.append(pool)
         inst_pools.append(insts)
     link = None
-    if prefill is not None:
+    if prefill is not None or prefill_only:
         pre = pools[0]
         h = pre.deployment.hw
         # every GPU of the prefill instance sends its rank's KV over its own NIC (rdma_Bps: achievable)

@@ -73,6 +73,7 @@ def run(work: Workload, pools: list, *, link: KvLink | None = None, seed: int = 
     rng = np.random.default_rng(seed)
     first_pool, last_pool = pools[0], pools[-1]
     pd = len(pools) == 2
+    prefill_only = not pd and first_pool[0].role == "prefill"  # a prefill pool alone: served when the KV has left
     rules_in = first_pool[0].rules
     rules_out = last_pool[0].rules
     router_in = Router(rules_in.router, first_pool, rng)
@@ -139,10 +140,11 @@ def run(work: Workload, pools: list, *, link: KvLink | None = None, seed: int = 
                 continue  # a pass cut short by an arrival: its later end is void
             end, done = inst.finish_pass(out_s, itl)
             for rid, tf in done:
-                if pd and inst.role == "prefill":
+                if inst.role == "prefill":
                     j = int(R.inst[rid] - first_pool[0].idx)
                     s = max(tf, link_free[j])
-                    link_free[j] = s + link.latency_s + float(R.prompt[rid]) * link.bytes_per_token / link.link_Bps
+                    xfer = link.latency_s + float(R.prompt[rid]) * link.bytes_per_token / link.link_Bps if link else 0.0
+                    link_free[j] = s + xfer
                     push(link_free[j], KV, rid, inst.idx)
                     continue
                 done_count += 1
@@ -165,6 +167,13 @@ def run(work: Workload, pools: list, *, link: KvLink | None = None, seed: int = 
                 progress(done_count, n, end)
         else:  # KV: the request's KV reached its decode instance
             all_insts[b].release(a)
+            if prefill_only:  # its first token is out: the prefill pool's part of TTFT is done
+                R.first[a] = R.finish[a] = t
+                done_count += 1
+                inflight -= 1
+                if pending:
+                    push(t + out_s + (work.think_s if work.arrival_s is None else 0.0), SEND, pending.popleft())
+                continue
             d = all_insts[int(dest[a])]
             deliver(d, a, t)
     if progress is not None:

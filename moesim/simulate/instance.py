@@ -311,11 +311,9 @@ class Instance:
                 if len(rank.running) > b_max:
                     b_max, kv_b = len(rank.running), float(np.sum(R.kv(np.asarray(rank.running))))
         L = effective_length(news, cached)
-        if not ru.fused and len(self.ranks) == 1:
+        if not ru.fused and len(self.ranks) == 1:  # an extend pass of its own (one DP group)
             gpu = surf.prefill(T_max, L)
-        elif b_max == 0 and surf.prefill_table is not None:
-            gpu = surf.prefill(T_max, L)
-        else:
+        else:  # one pass for all: decode on some ranks, chunks of unequal size on others (lock step)
             share = T_sum / (len(self.ranks) * T_max) if T_max > 0 else 1.0
             gpu = surf.fused(b_max, kv_b / max(b_max, 1), T_max, L, share)
         running = sum(len(r.running) for r in self.ranks)

@@ -171,6 +171,16 @@ def _eval(dep: Deployment, grid: Grid, phase, **extra) -> np.ndarray:
         overlap = prefill_overlap(overlap)
     ev, _ = evaluate_grid(dep.model, dep.hw, grid, phase=phase, overlap=overlap, **kw)
     t = np.asarray(ev.values["step_time_s"], float)
+    bad = ~np.isfinite(t)
+    if bad.any() and overlap is not None:
+        # a pass too small for the scheme's micro-batches runs unsplit, as the engines do (SGLang's
+        # two-batch overlap is skipped for a batch it cannot split): the engine default scheme
+        sub = grid.take(np.flatnonzero(bad))
+        sk = dict(kw)
+        if sk.get("chunk") is not None:
+            sk["chunk"] = tuple(np.asarray(c)[bad] for c in sk["chunk"])
+        ev2, _ = evaluate_grid(dep.model, dep.hw, sub, phase=phase, overlap=None, **sk)
+        t[bad] = np.asarray(ev2.values["step_time_s"], float)
     if not np.all(np.isfinite(t)):  # a pass shape the deployment cannot run (never silently priced)
         bad = int(np.argmin(np.isfinite(t)))
         raise ValueError(f"pass not priceable: batch {grid.batch[bad]:g}, context {grid.context[bad]:g} ({phase})")
@@ -203,11 +213,12 @@ def build(dep: Deployment, **kw) -> Surfaces:
 
 def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens: float, prefill: bool,
           fused: bool, graph_max_bs: int | None = None, prefill_eager: bool = True, n_ctx: int = 10,
-          n_tokens: int = 14, n_len: int = 8) -> Surfaces:  # fmt: skip
+          n_tokens: int = 14, n_len: int = 8, fused_comm=None) -> Surfaces:  # fmt: skip
     """Price the pass shapes a simulation of `dep` can run: decode at every batch 1..max_batch,
     prefill-only passes (`prefill`) and fused passes (`fused`) up to `budget_tokens` per pass and
     prompts / contexts up to `max_context`. graph_max_bs: the engine's CUDA-graph capture limit
-    (None: every decode batch graphed); prefill_eager: prefill passes launch eagerly."""
+    (None: every decode batch graphed); prefill_eager: prefill passes launch eagerly; fused_comm: the
+    all-to-all of fused passes when it differs from the deployment's (SGLang extends on DeepEP normal)."""
     max_batch = max(int(max_batch), 1)
     max_context = max(float(max_context), 2.0)
     ctx = geometric_knots(1.0, max_context, n_ctx)
@@ -246,7 +257,9 @@ def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
         chunk = (Tf.ravel(), Lf.ravel(), Tf.ravel() * Ff.ravel())
         # b below 1 (a lock-step pass in which no rank decodes) is looked up at b = 1 (clamped)
         s.fused_axes = [bk, ck, toks, lens, shares]
-        s.fused_table = _eval(dep, gf, Phase.DECODE, cuda_graphs=not prefill_eager, chunk=chunk).reshape(Bf.shape)
+        extra = {} if fused_comm is None else {"comm": fused_comm}
+        s.fused_table = _eval(dep, gf, Phase.DECODE, cuda_graphs=not prefill_eager, chunk=chunk,
+                              **extra).reshape(Bf.shape)  # fmt: skip
         count += gf.size
     s.evaluations = count
     return s

@@ -1,0 +1,164 @@
+"""Candidates of the closed-form searches (`disagg`, `recommend`, `plan`) verified by the
+request-level simulator (`moesim.simulate`): the deployment serves the load as a benchmark client
+sends it, and the simulated TTFT / TPOT (mean and p90) stand beside the closed form's, with a note
+wherever the two disagree by more than `DISAGREE` (10 %).
+
+The load: a request rate -> open loop, Poisson arrivals at that rate; a number of users -> closed
+loop at that concurrency; none (disagg's own pools) -> closed loop with every decode slot of the
+deployment taken (instances x DP groups x batch: the load the closed form's throughput assumes).
+Lengths are drawn uniform within +-20 % of ISL / OSL (vLLM's random-dataset rule, range ratio 0.2):
+fixed lengths would keep closed-loop clients in lock-step waves that no real traffic has. The first
+requests (one concurrency's worth: the start-up burst) are left out of the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DISAGREE = 0.10  # closed form vs simulation, relative: the issue's threshold
+RANGE_RATIO = 0.2
+MIN_REQUESTS, MAX_REQUESTS, WAVES = 300, 3000, 6
+# most requests in flight a verification simulates: a steady state needs several waves of them
+# (WAVES x this many requests, each a few events); larger deployments are left to `moesim simulate`
+MAX_IN_FLIGHT = 1024
+LAYOUT = ("tp", "dp", "ep", "moe_tp")
+
+
+@dataclass
+class Candidate:
+    """One deployment to verify: its decode (or aggregated) row, its prefill row in PD, the instance
+    counts and the closed form's figures (ttft_s, tpot_s, optionally ttft_p90_s)."""
+
+    label: str
+    decode: dict
+    decode_instances: int = 1
+    prefill: dict | None = None
+    prefill_instances: int = 0
+    closed: dict = field(default_factory=dict)
+
+
+def _layout(row: dict) -> dict:
+    out = {k: int(row[k]) for k in LAYOUT if row.get(k) is not None}
+    out["redundant_experts"] = int(row.get("redundant", row.get("redundant_experts", 0)) or 0)
+    for k in ("overlap", "comm"):
+        if isinstance(row.get(k), str):
+            out[k] = row[k]
+    return out
+
+
+def in_flight(c: Candidate, osl, load) -> float:
+    """Requests in flight at the load: Little's law at a rate (closed-form times), the users, or
+    every decode slot of the deployment."""
+    kind, value = load if load else ("concurrency", None)
+    if kind == "request_rate":
+        t = c.closed.get("ttft_s", 0.0) + osl * c.closed.get("tpot_s", 0.0)
+        return value * t if math.isfinite(t) else float(value)
+    if value is None:
+        return c.decode_instances * float(c.decode.get("dp", 1)) * float(c.decode["batch"])
+    return float(value)
+
+
+def _workload(c: Candidate, isl, osl, load, seed):
+    from moesim.simulate import clients as C
+
+    kind, value = load if load else ("concurrency", None)
+    flying = in_flight(c, osl, load)
+    if kind == "request_rate":
+        n = int(min(max(WAVES * flying, MIN_REQUESTS), MAX_REQUESTS))
+        warm = int(min(flying, n // 3))
+        return C.open_loop(float(value), n - warm, int(isl), int(osl), range_ratio=RANGE_RATIO, tool="vllm",
+                           warmup=warm, seed=seed)  # fmt: skip
+    conc = max(int(round(flying)), 1)
+    n = int(min(max(WAVES * conc, MIN_REQUESTS), MAX_REQUESTS))
+    warm = int(min(conc, n // 3))
+    return C.closed_loop(conc, n - warm, int(isl), int(osl), range_ratio=RANGE_RATIO, tool="vllm", warmup=warm,
+                         seed=seed)  # fmt: skip
+
+
+def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None, engine="sglang",
+           cost_mode="calibrated", set=None, expert_skew="auto", chunk_tokens=None, seed=0) -> list[dict]:  # fmt: skip
+    """Simulate each candidate -> one dict per candidate: the simulated figures (sim_*), the closed
+    form's, their relative gaps and `disagrees` (notes where a gap exceeds DISAGREE)."""
+    from moesim.simulate.core import simulate
+
+    out = []
+    for c in candidates:
+        flying = in_flight(c, osl, load)
+        if flying > MAX_IN_FLIGHT:
+            out.append(_skipped(c, flying))
+            continue
+        d = c.decode
+        rules = {"max_running": int(float(d["batch"]))}
+        if chunk_tokens is not None:
+            rules["chunk_tokens"] = int(chunk_tokens)
+        kw = dict(_layout(d), mtp=int(d.get("mtp", 0) or 0), acceptance=float(d.get("acceptance", 0.8)),
+                  replicas=max(int(c.decode_instances), 1), rules=rules)  # fmt: skip
+        if c.prefill is not None:
+            tokens = int(float(c.prefill["batch"]))  # prompt tokens per DP group per pass
+            kw["prefill"] = {"instances": max(int(c.prefill_instances), 1), **_layout(c.prefill),
+                             "rules": {"chunk_tokens": tokens, "max_prefill_tokens": tokens}}  # fmt: skip
+        work = _workload(c, isl, osl, load, seed)
+        r = simulate(model, hardware, workload=work, engine=engine, cost_mode=cost_mode, set=set,
+                     expert_skew=expert_skew, seed=seed, **kw)  # fmt: skip
+        s = r.summary
+        row = {
+            "candidate": c.label,
+            "load": work.label,
+            "sim_ttft_mean_s": s["ttft_mean_s"],
+            "sim_ttft_p90_s": s["ttft_p90_s"],
+            "sim_tpot_mean_s": s["tpot_mean_s"],
+            "sim_tpot_p90_s": s["tpot_p90_s"],
+            "sim_output_tokens_per_s_per_gpu": s.get("output_tokens_per_s_per_gpu", float("nan")),
+            "sim_requests_per_s": s["requests_per_s"],
+            "closed_ttft_s": c.closed.get("ttft_s"),
+            "closed_tpot_s": c.closed.get("tpot_s"),
+            "disagrees": [],
+        }
+        for k in ("ttft", "tpot"):
+            cf, sim = c.closed.get(f"{k}_s"), s[f"{k}_mean_s"]
+            if cf is None or not (math.isfinite(cf) and cf > 0 and math.isfinite(sim)):
+                row[f"{k}_gap"] = float("nan")
+                continue
+            gap = sim / cf - 1.0
+            row[f"{k}_gap"] = gap
+            if abs(gap) > DISAGREE:
+                row["disagrees"].append(
+                    f"{c.label}: simulated mean {k.upper()} {sim * 1e3:,.1f} ms vs closed form {cf * 1e3:,.1f} ms "
+                    f"({gap * 100:+.0f}%)"
+                )
+        out.append(row)
+    return out
+
+
+def _skipped(c: Candidate, flying: float) -> dict:
+    nan = float("nan")
+    row = {k: nan for k in ("sim_ttft_mean_s", "sim_ttft_p90_s", "sim_tpot_mean_s", "sim_tpot_p90_s",
+                            "sim_output_tokens_per_s_per_gpu", "sim_requests_per_s", "ttft_gap", "tpot_gap")}  # fmt: skip
+    row.update(candidate=c.label, load="not simulated", closed_ttft_s=c.closed.get("ttft_s"),
+               closed_tpot_s=c.closed.get("tpot_s"), disagrees=[])  # fmt: skip
+    row["skipped"] = (
+        f"{c.label}: not simulated ({flying:,.0f} requests in flight, more than {MAX_IN_FLIGHT:,} a verification "
+        "runs); `moesim simulate` runs it with the layout and load given"
+    )
+    return row
+
+
+def notes(rows: list[dict], max_ttft_s=None, max_tpot_s=None) -> list[str]:
+    """What the verification says, one line each: disagreements, and SLOs the simulation misses at p90."""
+    out = []
+    for r in rows:
+        if r.get("skipped"):
+            out.append(f"verify: {r['skipped']}")
+        out += [f"verify: {t}" for t in r["disagrees"]]
+        for k, slo in (("ttft", max_ttft_s), ("tpot", max_tpot_s)):
+            v = r[f"sim_{k}_p90_s"]
+            if slo is not None and math.isfinite(v) and v > slo:
+                out.append(
+                    f"verify: {r['candidate']}: simulated p90 {k.upper()} {v * 1e3:,.1f} ms misses the target "
+                    f"{slo * 1e3:,.0f} ms ({r['load']})"
+                )
+    return out
+
+
+__all__ = ["Candidate", "verify", "notes", "DISAGREE"]
