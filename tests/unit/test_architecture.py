@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("moesim.metrics",),
     ("moesim.engine",),
     ("moesim.calibration",),
+    ("moesim.simulate",),  # DESIGN.md: above engine and metrics, below analyses
     ("moesim.analyses",),
     ("moesim.report",),
     ("moesim.cli",),
