@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.analyses import budget as B
+from moesim.analyses import verify as V
 from moesim.analyses.sweep import defaults_not_given, sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode, Engine
@@ -45,6 +46,11 @@ DEFAULT_DECODE_AXES = {
     "mtp": [1],
     "acceptance": [0.8],
 }
+
+
+FIELDS = ("workload", "prefill", "decode", "ratio_prefill_per_decode_gpu", "deployment", "kv_transfer",
+          "system_tokens_per_s_per_gpu", "system_total_tokens_per_s_per_gpu", "aggregated", "speedup_vs_aggregated",
+          "notes", "budget", "searched", "verified")  # fmt: skip
 
 
 @dataclass
@@ -66,25 +72,7 @@ class DisaggResult:
     verified: list = field(default_factory=list)  # simulated candidates (moesim.analyses.verify)
 
     def to_dict(self) -> dict:
-        d = {
-            k: getattr(self, k)
-            for k in (
-                "workload",
-                "prefill",
-                "decode",
-                "ratio_prefill_per_decode_gpu",
-                "deployment",
-                "kv_transfer",
-                "system_tokens_per_s_per_gpu",
-                "system_total_tokens_per_s_per_gpu",
-                "aggregated",
-                "speedup_vs_aggregated",
-                "notes",
-                "budget",
-                "searched",
-                "verified",
-            )
-        }
+        d = {k: getattr(self, k) for k in FIELDS}
         return jsonable(d)
 
 
@@ -162,11 +150,9 @@ def disagg(
     if budget:
         prow, drow = _budget_rows(pre, dec, dep, notes, budget[0])
     ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, max_instances, kv)
-    mix = agg = None
-    if compare_aggregated:
-        mix = _aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl), (max_ttft_s, max_tpot_s),
-                               dict(common, chunk_tokens=chunk_tokens))  # fmt: skip
-        mix, agg = _aggregated_best(mix, budget, notes)
+    mix, agg = (_aggregated_best(_aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl),
+                (max_ttft_s, max_tpot_s), dict(common, chunk_tokens=chunk_tokens)), budget, notes)
+                if compare_aggregated else (None, None))  # fmt: skip
     speedup = sys_tps / agg["tokens_per_s_per_gpu"] if agg and np.isfinite(sys_tps) else float("nan")
     budget_d = None
     if budget:
@@ -175,11 +161,8 @@ def disagg(
         sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
         speedup = budget_d["disagg_over_aggregated_total"]
     srch = _searched(pre, dec, mix, (prow, drow, agg), notes, {"tp": min(hp.domain_gpus, hd.domain_gpus)})
-    verified = []
-    if verify:
-        verified = _verify(m, hp, hd, (prow, drow, agg), deployment, (isl, osl), (max_ttft_s, max_tpot_s),
-                           dict(engine=engine, cost_mode=cost_mode, set=set, expert_skew=expert_skew,
-                                chunk_tokens=chunk_tokens), notes)  # fmt: skip
+    vkw = dict(set=set, expert_skew=expert_skew, chunk_tokens=chunk_tokens)
+    verified = V.verify_disagg(m, hd, (prow, drow, agg), deployment, workload, vkw, notes) if verify else []
     return DisaggResult(
         workload,
         prow,
@@ -197,23 +180,6 @@ def disagg(
         {"prefill": pre, "decode": dec, "mixed": mix},
         verified,
     )
-
-
-def _verify(m, hp, hd, rows, deployment, lengths, targets, kw, notes) -> list:
-    """The chosen PD pair (its instances, every decode slot taken) and the aggregated best (one
-    instance) simulated (`moesim.analyses.verify`); notes where they disagree or miss a target."""
-    from moesim.analyses import verify as V
-
-    prow, drow, agg = rows
-    cands = []
-    if prow and drow and deployment and hp.name == hd.name:
-        cands.append(V.Candidate("PD", drow, deployment["decode_instances"], prow, deployment["prefill_instances"],
-                                 closed={"ttft_s": prow["ttft_total_s"], "tpot_s": drow["tpot_s"]}))  # fmt: skip
-    if agg:
-        cands.append(V.Candidate("aggregated", agg, 1, closed={"ttft_s": agg["ttft_s"], "tpot_s": agg["tpot_s"]}))
-    out = V.verify(m, hd, cands, isl=lengths[0], osl=lengths[1], **{k: v for k, v in kw.items() if v is not None})
-    notes += V.notes(out, *targets)
-    return out
 
 
 def _budget_axes(m, prefill_axes, decode_axes, aggregated_axes, total_gpus):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moesim.analyses import verify as V
 from moesim.analyses.capacity import (
     DecodeCapacity,
     PrefillCapacity,
@@ -179,16 +180,8 @@ def plan(
         m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
     )
     hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
-    pre = prefill_capacity(
-        m,
-        h,
-        t.prefill,
-        prompt_length=t.prompt_length,
-        max_ttft_s=t.max_ttft_s,
-        cached_share=min(hit_share, 1.0 - 1e-9),
-        prompt=t.prompt,
-        **run,
-    )
+    pre = prefill_capacity(m, h, t.prefill, prompt_length=t.prompt_length, max_ttft_s=t.max_ttft_s,
+                           cached_share=min(hit_share, 1.0 - 1e-9), prompt=t.prompt, **run)  # fmt: skip
     gpn = int(h.gpus_per_node)
     price = h.usd_per_gpu_hour if t.usd_per_gpu_hour is None else t.usd_per_gpu_hour
     kvb = float(m.kv_bytes_per_token)
@@ -203,14 +196,12 @@ def plan(
         decode_nodes=totals["average_decode_nodes"],
     )
     nic_util = np.maximum(hourly["nic_utilisation_prefill"], hourly["nic_utilisation_decode"])
-    notes.append(
+    notes += [
         "cache hits skip prefill compute; their KV load (hit tokens x kv_bytes_per_token) is checked as "
-        "NIC traffic into the prefill pool, not costed in nodes"
-    )
-    notes.append("throughputs are the model's own predictions at the deployment above; no published figure is an input")
-    verified = verify_prefill(m, h, t, pre, hit_share, run, set) if verify else None
-    if verified:
-        notes += verified.pop("notes")
+        "NIC traffic into the prefill pool, not costed in nodes",
+        "throughputs are the model's own predictions at the deployment above; no published figure is an input",
+    ]
+    verified = V.verify_prefill(m, h, t, pre, hit_share, run, set, notes) if verify else None
     return PlanResult(
         traffic=t,
         model=m.name,
@@ -229,49 +220,6 @@ def plan(
         pricing=pricing,
         verified=verified,
     )
-
-
-def verify_prefill(m, h, t: Traffic, pre: PrefillCapacity, hit_share: float, run: dict, set_) -> dict | None:
-    """One prefill unit at its planned prompt rate (utilisation x full-load computed tokens/s per
-    unit / computed tokens per prompt), simulated as a PD prefill pool alone (`moesim.simulate`,
-    prefill_only): Poisson arrivals, prompts +-20 % around the traffic's length, the cache-hit share
-    served from cache; its TTFT (queue, passes, the KV's transfer) against the planner's M/G/1."""
-    from moesim.analyses.verify import DISAGREE, MAX_REQUESTS, MIN_REQUESTS, RANGE_RATIO, WAVES
-    from moesim.simulate import clients as C
-    from moesim.simulate.core import simulate
-
-    computed = t.prompt_length * (1.0 - hit_share)
-    unit_tps = pre.full_load_tokens_per_s_per_node * pre.nodes_per_unit
-    rate = pre.utilisation * unit_tps / computed if computed > 0 else float("nan")
-    if not (np.isfinite(rate) and rate > 0):
-        return None
-    in_flight = rate * max(pre.ttft_s, pre.step_time_s)
-    n = int(min(max(WAVES * in_flight, MIN_REQUESTS), MAX_REQUESTS))
-    work = C.open_loop(rate, n, max(int(round(t.prompt_length)), 2), 1, range_ratio=RANGE_RATIO, tool="vllm",
-                       warmup=int(min(in_flight, n // 3)))  # fmt: skip
-    p = t.prefill
-    tokens = int(pre.batch_tokens)
-    r = simulate(m, h, workload=work, tp=p.tp, dp=p.dp, ep=p.ep, redundant_experts=p.redundant_experts,
-                 overlap=p.overlap, comm=p.comm, engine=run["engine"], cost_mode=run["cost_mode"],
-                 expert_skew=run["expert_skew"], set=set_, hit_ratio=hit_share, prefill_only=True,
-                 rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens})  # fmt: skip
-    s = r.summary
-    out = {"prompts_per_s_per_unit": rate, "sim_ttft_mean_s": s["ttft_mean_s"], "sim_ttft_p90_s": s["ttft_p90_s"],
-           "closed_ttft_s": pre.ttft_s, "load": work.label, "notes": []}  # fmt: skip
-    gap = s["ttft_mean_s"] / pre.ttft_s - 1.0 if pre.ttft_s > 0 else float("nan")
-    out["ttft_gap"] = gap
-    if np.isfinite(gap) and abs(gap) > DISAGREE:
-        out["notes"].append(
-            f"verify: prefill unit at {rate:,.2f} prompts/s: simulated mean TTFT {s['ttft_mean_s'] * 1e3:,.0f} ms "
-            f"(p90 {s['ttft_p90_s'] * 1e3:,.0f} ms, incl. the KV's transfer) vs the planner's M/G/1 "
-            f"{pre.ttft_s * 1e3:,.0f} ms ({gap * 100:+.0f}%)"
-        )
-    if t.max_ttft_s and s["ttft_p90_s"] > t.max_ttft_s:
-        out["notes"].append(
-            f"verify: prefill unit: simulated p90 TTFT {s['ttft_p90_s'] * 1e3:,.0f} ms misses the target "
-            f"{t.max_ttft_s * 1e3:,.0f} ms at the planned load"
-        )
-    return out
 
 
 def _hourly(t: Traffic, dec: DecodeCapacity, pre: PrefillCapacity, h, kvb: float, gpn: int, price) -> dict:

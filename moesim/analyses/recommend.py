@@ -167,7 +167,7 @@ SIM_COLUMNS = ("sim_ttft_mean_s", "sim_ttft_p90_s", "sim_tpot_mean_s", "sim_tpot
 def _verify(out, frames, model, hardware, lengths, targets, load, top, kw) -> list:
     """The first `top` candidates simulated at the load (`moesim.analyses.verify`): sim_* columns
     (NaN below them) and the notes."""
-    from moesim.analyses import verify as V
+    from moesim.analyses import verify as V  # lazy: the simulator only when candidates are verified
 
     cands = []
     for c in out.head(top).to_dict("records"):
@@ -185,7 +185,7 @@ def _verify(out, frames, model, hardware, lengths, targets, load, top, kw) -> li
                     **{k: kw[k] for k in keys if kw.get(k) is not None})  # fmt: skip
     for col in SIM_COLUMNS:
         out[col] = [r[col] for r in rows] + [float("nan")] * (len(out) - len(rows))
-    return V.notes(rows, *targets)
+    return V.notes_of(rows, *targets)
 
 
 def _launch_entries(top, frames) -> list:

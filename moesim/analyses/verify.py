@@ -60,7 +60,7 @@ def in_flight(c: Candidate, osl, load) -> float:
 
 
 def _workload(c: Candidate, isl, osl, load, seed):
-    from moesim.simulate import clients as C
+    from moesim.simulate import clients as C  # lazy: the simulator only when a candidate is verified
 
     kind, value = load if load else ("concurrency", None)
     flying = in_flight(c, osl, load)
@@ -80,7 +80,7 @@ def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None,
            cost_mode="calibrated", set=None, expert_skew="auto", chunk_tokens=None, seed=0) -> list[dict]:  # fmt: skip
     """Simulate each candidate -> one dict per candidate: the simulated figures (sim_*), the closed
     form's, their relative gaps and `disagrees` (notes where a gap exceeds DISAGREE)."""
-    from moesim.simulate.core import simulate
+    from moesim.simulate.core import simulate  # lazy: the simulator only when a candidate is verified
 
     out = []
     for c in candidates:
@@ -131,6 +131,66 @@ def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None,
     return out
 
 
+def verify_disagg(m, hw, rows, deployment, workload: dict, kw: dict, notes: list) -> list:
+    """`disagg`'s chosen PD pair (its instances, every decode slot taken; same hardware for both
+    pools) and its aggregated best (one instance), simulated; notes where they disagree or miss a target."""
+    prow, drow, agg = rows
+    cands = []
+    if prow and drow and deployment and workload["prefill_hardware"] == workload["decode_hardware"]:
+        cands.append(Candidate("PD", drow, deployment["decode_instances"], prow, deployment["prefill_instances"],
+                               closed={"ttft_s": prow["ttft_total_s"], "tpot_s": drow["tpot_s"]}))  # fmt: skip
+    if agg:
+        cands.append(Candidate("aggregated", agg, 1, closed={"ttft_s": agg["ttft_s"], "tpot_s": agg["tpot_s"]}))
+    kw = {k: v for k, v in kw.items() if v is not None}
+    out = verify(m, hw, cands, isl=workload["isl"], osl=workload["osl"], engine=workload["engine"],
+                 cost_mode=workload["cost_mode"], **kw)  # fmt: skip
+    notes += notes_of(out, workload["max_ttft_s"], workload["max_tpot_s"])
+    return out
+
+
+def verify_prefill(m, h, t, pre, hit_share: float, run: dict, set_, notes: list) -> dict | None:
+    """One prefill unit at its planned prompt rate (utilisation x full-load computed tokens/s per
+    unit / computed tokens per prompt), simulated as a PD prefill pool alone (`moesim.simulate`,
+    prefill_only): Poisson arrivals, prompts +-20 % around the traffic's length, the cache-hit share
+    served from cache; its TTFT (queue, passes, the KV's transfer) against the planner's M/G/1 (notes
+    where they disagree or the simulated p90 misses the target)."""
+    from moesim.simulate import clients as C  # lazy: the simulator only when a plan is verified
+    from moesim.simulate.core import simulate  # lazy: as above
+
+    computed = t.prompt_length * (1.0 - hit_share)
+    unit_tps = pre.full_load_tokens_per_s_per_node * pre.nodes_per_unit
+    rate = pre.utilisation * unit_tps / computed if computed > 0 else float("nan")
+    if not (math.isfinite(rate) and rate > 0):
+        return None
+    in_flight = rate * max(pre.ttft_s, pre.step_time_s)
+    n = int(min(max(WAVES * in_flight, MIN_REQUESTS), MAX_REQUESTS))
+    work = C.open_loop(rate, n, max(int(round(t.prompt_length)), 2), 1, range_ratio=RANGE_RATIO, tool="vllm",
+                       warmup=int(min(in_flight, n // 3)))  # fmt: skip
+    p = t.prefill
+    tokens = int(pre.batch_tokens)
+    r = simulate(m, h, workload=work, tp=p.tp, dp=p.dp, ep=p.ep, redundant_experts=p.redundant_experts,
+                 overlap=p.overlap, comm=p.comm, engine=run["engine"], cost_mode=run["cost_mode"],
+                 expert_skew=run["expert_skew"], set=set_, hit_ratio=hit_share, prefill_only=True,
+                 rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens})  # fmt: skip
+    s = r.summary
+    out = {"prompts_per_s_per_unit": rate, "sim_ttft_mean_s": s["ttft_mean_s"], "sim_ttft_p90_s": s["ttft_p90_s"],
+           "closed_ttft_s": pre.ttft_s, "load": work.label}  # fmt: skip
+    gap = s["ttft_mean_s"] / pre.ttft_s - 1.0 if pre.ttft_s > 0 else float("nan")
+    out["ttft_gap"] = gap
+    if math.isfinite(gap) and abs(gap) > DISAGREE:
+        notes.append(
+            f"verify: prefill unit at {rate:,.2f} prompts/s: simulated mean TTFT {s['ttft_mean_s'] * 1e3:,.0f} ms "
+            f"(p90 {s['ttft_p90_s'] * 1e3:,.0f} ms, incl. the KV's transfer) vs the planner's M/G/1 "
+            f"{pre.ttft_s * 1e3:,.0f} ms ({gap * 100:+.0f}%)"
+        )
+    if t.max_ttft_s and s["ttft_p90_s"] > t.max_ttft_s:
+        notes.append(
+            f"verify: prefill unit: simulated p90 TTFT {s['ttft_p90_s'] * 1e3:,.0f} ms misses the target "
+            f"{t.max_ttft_s * 1e3:,.0f} ms at the planned load"
+        )
+    return out
+
+
 def _skipped(c: Candidate, flying: float) -> dict:
     nan = float("nan")
     row = {k: nan for k in ("sim_ttft_mean_s", "sim_ttft_p90_s", "sim_tpot_mean_s", "sim_tpot_p90_s",
@@ -144,7 +204,7 @@ def _skipped(c: Candidate, flying: float) -> dict:
     return row
 
 
-def notes(rows: list[dict], max_ttft_s=None, max_tpot_s=None) -> list[str]:
+def notes_of(rows: list[dict], max_ttft_s=None, max_tpot_s=None) -> list[str]:
     """What the verification says, one line each: disagreements, and SLOs the simulation misses at p90."""
     out = []
     for r in rows:
@@ -161,4 +221,4 @@ def notes(rows: list[dict], max_ttft_s=None, max_tpot_s=None) -> list[str]:
     return out
 
 
-__all__ = ["Candidate", "verify", "notes", "DISAGREE"]
+__all__ = ["Candidate", "verify", "verify_disagg", "verify_prefill", "notes_of", "DISAGREE"]

@@ -143,6 +143,14 @@ EmitLaunch = Annotated[
     ),
 ]
 Plot = Annotated[Path | None, typer.Option("--plot", help="draw to this image (.png, .svg or .pdf)")]
+Verify = Annotated[
+    bool,
+    typer.Option(
+        "--verify/--no-verify",
+        help="simulate the chosen deployment(s) at their load with the request-level "
+        "simulator: p90 TTFT / TPOT, and where the closed forms disagree (> 10 %) or miss a target",
+    ),
+]
 
 
 # ---------------------------------------------------------------- shared blocks

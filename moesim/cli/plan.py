@@ -182,14 +182,7 @@ def plan(
         Path | None, typer.Option("--out", help="write the plan: .json (all) or .csv/.parquet (hourly)")
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG/SVG/PDF of hourly nodes and cost")] = None,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify/--no-verify",
-            help="simulate one prefill unit at its planned load (request-level "
-            "simulator: its TTFT mean / p90 against the planner's M/G/1)",
-        ),
-    ] = True,
+    verify: O.Verify = True,
 ):
     """Capacity plan: nodes per hour for a day of traffic, from the model's own throughputs."""
     if out is not None and out.suffix.lower() not in PLAN_OUT:

@@ -115,7 +115,7 @@ def simulate_block(
 
 def workload_from(cfg: dict):
     """The request stream the flags describe (exactly one of --concurrency, --request-rate, --trace)."""
-    from moesim.simulate import clients as C
+    from moesim.simulate import clients as C  # lazy: numpy / pandas only when the command runs
 
     given = [k for k in ("concurrency", "request_rate", "trace") if cfg.get(k) is not None]
     if len(given) != 1:
@@ -178,11 +178,19 @@ def register(app: typer.Typer) -> None:
     ):
         """Simulate one deployment serving a request stream, step by step: per-request TTFT, TPOT, ITL and
         E2E as a benchmark client measures them (mean, p50/p90/p99), throughput and goodput."""
-        from moesim.cli.progress import Progress
-        from moesim.report.simulate import print_simulation
-        from moesim.report.writer import FRAME_SUFFIXES, check_figure_suffix, checked_suffix, json_text, write_json
-        from moesim.simulate import stats as ST
-        from moesim.simulate.core import simulate as run
+        # lazy: the simulator, rich and the writers only when the command runs (`moesim --help` start-up)
+        from moesim.cli.progress import Progress  # lazy: as above
+        from moesim.report.sim_outputs import per_request_frame, plot_timeseries  # lazy: as above
+        from moesim.report.simulate import print_simulation  # lazy: as above
+        from moesim.report.writer import (  # lazy: as above
+            FRAME_SUFFIXES,
+            check_figure_suffix,
+            checked_suffix,
+            json_text,
+            write_frame,
+            write_json,
+        )
+        from moesim.simulate.core import simulate as run  # lazy: as above
 
         if plot is not None:
             check_figure_suffix(plot, "--plot")
@@ -194,12 +202,10 @@ def register(app: typer.Typer) -> None:
             if suffix == ".json":
                 write_json(r.to_dict(), out)
             else:
-                from moesim.report.writer import write_frame
-
-                write_frame(ST.per_request_frame(r.log), out)
+                write_frame(per_request_frame(r.log), out)
         if plot is not None:
             c = r.config
-            ST.plot_timeseries(r.series, r.log, plot, title=f"{c['model']} on {c['hardware']} · {c['workload']}")
+            plot_timeseries(r.series, r.log, plot, title=f"{c['model']} on {c['hardware']} · {c['workload']}")
         if json_out:
             typer.echo(json_text(r.to_dict()))
             return

@@ -325,14 +325,7 @@ def disagg_cmd(
     no_aggregated: Annotated[
         bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")
     ] = False,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify/--no-verify",
-            help="simulate the chosen PD pair and the aggregated best "
-            "(request-level simulator: p90 TTFT / TPOT, disagreements with the closed forms)",
-        ),
-    ] = True,
+    verify: O.Verify = True,
     json_out: O.Json = False,
     out: O.Out = None,
     emit_launch: O.EmitLaunch = False,

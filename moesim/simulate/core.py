@@ -21,11 +21,13 @@ from moesim.enums import DEFAULT_ENGINE, Engine, Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.metrics.memory import max_batch, memory
+from moesim.simulate import stats as ST
 from moesim.simulate import surface as S
 from moesim.simulate.events import KvLink, run
-from moesim.simulate.instance import Instance, Reqs
+from moesim.simulate.instance import Instance
 from moesim.simulate.requests import RequestLog, TimeSeries, Workload
 from moesim.simulate.rules import Rules, rules_for
+from moesim.simulate.state import Reqs
 
 LAYOUT_KEYS = ("tp", "dp", "ep", "moe_tp", "redundant_experts", "overlap", "comm")
 
@@ -114,6 +116,8 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     isl = np.asarray(work.input_tokens, float)
     osl = np.asarray(work.output_tokens, float)
     mean_len = float(np.mean(isl + osl)) if role != "prefill" else float(np.mean(isl))
+    if role == "prefill":  # a prefill server runs no draft tokens
+        common = dict(common, mtp=0)
     dep, c, notes = _deployment(model, hardware, layout, common, mean_len, "prefill" if role == "prefill" else "decode")
     kv = kv_capacity_tokens(dep.model, dep.hw, dep.grid, c["comm"], mean_len)
     dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
@@ -140,18 +144,43 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     return Pool(role, instances, c, rules, surf, kv, dep), dp, notes
 
 
+def _specs(layout: dict, replicas: int, prefill, rules, prefill_only: bool) -> list:
+    """The pools to build: (role, layout, instances, Rules overrides) each."""
+    if prefill_only:
+        if prefill is not None:
+            raise ConfigError("prefill_only: the layout is the prefill instance; give no `prefill` pool")
+        return [("prefill", layout, replicas, rules)]
+    if prefill is None:
+        return [("both", layout, replicas, rules)]
+    p = dict(prefill)
+    n_pre = check_number("prefill.instances", p.pop("instances", 1), lo=1, hi=4096, integer=True)
+    unknown = [k for k in p if k not in (*LAYOUT_KEYS, "rules")]
+    if unknown:
+        raise ConfigError(
+            f"prefill: unknown keys {sorted(unknown)}; allowed: instances, rules, {', '.join(LAYOUT_KEYS)}"
+        )
+    pre_rules = {**(rules or {}), **(p.pop("rules", None) or {})}
+    pre_layout = {**layout, **{k: v for k, v in p.items() if v is not None}}
+    return [("prefill", pre_layout, n_pre, pre_rules), ("decode", layout, replicas, rules)]
+
+
+def _kv_link(pre: Pool) -> KvLink:
+    """Every GPU of a prefill instance sends its rank's KV over its own NIC (rdma_Bps: achievable)."""
+    h = pre.deployment.hw
+    return KvLink(float(pre.deployment.model.kv_bytes_per_token) / pre.config["gpus"], h.rdma_Bps(True),
+                  h.rdma_latency_s)  # fmt: skip
+
+
 def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=None, dp=None, ep=None, moe_tp=None,
              mtp=0, acceptance=0.8, redundant_experts=0, overlap=None, comm=None, replicas=1, prefill=None,
              engine=DEFAULT_ENGINE, engine_profile=None, rules=None, cost_mode="calibrated", set=None,
              expert_skew="auto", profile=None, force_profile=False, prefix_cache=True, hit_ratio=0.0,
              slo_ttft_s=None, slo_tpot_s=None, seed=0, progress=None, prefill_only=False) -> SimResult:  # fmt: skip
     """Simulate `workload` on `replicas` instances of the layout (aggregated), or with `prefill` =
-    {"instances", "tp", "dp", "ep", "moe_tp", ...} prefill instances feeding `replicas` decode
+    {"instances", "tp", "dp", "ep", "moe_tp", ..., "rules"} prefill instances feeding `replicas` decode
     instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields).
     prefill_only: `replicas` PD prefill instances of the layout alone; a request is served when its
     KV has left (TTFT = the prefill pool's part: queue, passes, transfer; no decode)."""
-    from moesim.simulate import stats as ST
-
     t0 = time.perf_counter()
     engine = Engine.parse(engine, "engine").value
     replicas = check_number("replicas", replicas, lo=1, hi=4096, integer=True)
@@ -161,61 +190,35 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
     common = dict(mtp=mtp, acceptance=acceptance, cost_mode=cost_mode, engine=engine,
                   expert_skew=expert_skew, profile=profile, force_profile=force_profile)  # fmt: skip
     layout = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, overlap=overlap, comm=comm)
-    notes: list = []
-    specs = []
-    if prefill_only:
-        if prefill is not None:
-            raise ConfigError("prefill_only: the layout is the prefill instance; give no `prefill` pool")
-        specs.append(("prefill", layout, replicas, rules))
-    elif prefill is not None:
-        p = dict(prefill)
-        n_pre = check_number("prefill.instances", p.pop("instances", 1), lo=1, hi=4096, integer=True)
-        unknown = [k for k in p if k not in (*LAYOUT_KEYS, "rules")]
-        if unknown:
-            raise ConfigError(f"prefill: unknown keys {sorted(unknown)}; allowed: instances, {', '.join(LAYOUT_KEYS)}")
-        pre_rules = {**(rules or {}), **(p.pop("rules", None) or {})}
-        specs.append(("prefill", {**layout, **{k: v for k, v in p.items() if v is not None}}, n_pre, pre_rules))
-        specs.append(("decode", layout, replicas, rules))
-    else:
-        specs.append(("both", layout, replicas, rules))
     R = Reqs(workload.input_tokens, workload.output_tokens, workload.prefix_ids(), workload.prefix_lengths())
     m, h = resolve_specs(model, hardware, set)
-    pools, inst_pools, idx = [], [], 0
-    for role, lay, count, over in specs:
+    pools, inst_pools, notes = [], [], []
+    for role, lay, count, over in _specs(layout, replicas, prefill, rules, prefill_only):
         pool, dpn, n1 = _pool(role, m, h, lay, common, (engine, engine_profile, over), workload, count)
         notes += n1
-        insts = []
-        for _ in range(count):
-            insts.append(Instance(idx, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,
-                                  tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len,
-                                  role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio))  # fmt: skip
-            idx += 1
+        idx = sum(map(len, inst_pools))
+        inst_pools.append([Instance(idx + i, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,
+                                    tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len,
+                                    role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio)
+                           for i in range(count)])  # fmt: skip
         pools.append(pool)
-        inst_pools.append(insts)
-    link = None
-    if prefill is not None or prefill_only:
-        pre = pools[0]
-        h = pre.deployment.hw
-        # every GPU of the prefill instance sends its rank's KV over its own NIC (rdma_Bps: achievable)
-        link = KvLink(float(pools[0].deployment.model.kv_bytes_per_token) / pre.config["gpus"],
-                      h.rdma_Bps(True), h.rdma_latency_s)  # fmt: skip
+    link = _kv_link(pools[0]) if pools[0].role == "prefill" else None
+    if link is not None:
         notes.append(
             "PD: a prompt's KV leaves its prefill instance after the prompt's last pass, over that instance's NICs "
             "(one transfer at a time per instance, queued); the decode instance admits it at its next step"
         )
     t_run = time.perf_counter()
     log, series, st = run(workload, inst_pools, link=link, seed=seed, progress=progress)
-    st["run_s"] = time.perf_counter() - t_run
-    st["pricing_s"] = t_run - t0
+    st.update(run_s=time.perf_counter() - t_run, pricing_s=t_run - t0)
     summary = ST.summarize(log, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
     gpus = sum(p.config["gpus"] * p.instances for p in pools)
-    out_rate = summary.get("output_tokens_per_s")
-    if out_rate is not None and math.isfinite(out_rate):
-        summary["output_tokens_per_s_per_gpu"] = out_rate / gpus
-    config = {"model": pools[0].deployment.model.name, "hardware": pools[0].deployment.hw.name, "engine": engine,
-              "gpus": gpus, "workload": workload.label, "requests": workload.size, "warmup": int(workload.warmup),
-              "seed": seed, "prefix_cache": bool(prefix_cache), "hit_ratio": hit_ratio,
-              "cost_mode": str(cost_mode), "mtp": mtp, "acceptance": acceptance}  # fmt: skip
+    if math.isfinite(summary.get("output_tokens_per_s", math.nan)):
+        summary["output_tokens_per_s_per_gpu"] = summary["output_tokens_per_s"] / gpus
+    config = {"model": m.name, "hardware": h.name, "engine": engine, "gpus": gpus, "workload": workload.label,
+              "requests": workload.size, "warmup": int(workload.warmup), "seed": seed,
+              "prefix_cache": bool(prefix_cache), "hit_ratio": hit_ratio, "cost_mode": str(cost_mode), "mtp": mtp,
+              "acceptance": acceptance}  # fmt: skip
     return SimResult(log, series, summary, pools, config, list(dict.fromkeys(notes)), st)
 
 

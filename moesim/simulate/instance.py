@@ -13,13 +13,7 @@ scheduler chooses it (`Rules.policy`):
   request's decode tokens first, then prompt tokens of partially prefilled and waiting requests up
   to the token budget `chunk_tokens`.
 
-Admission and KV (`Rules.admission`): "reserve" = SGLang's PrefillAdder (a prompt is admitted when
-its KV plus new_token_ratio x the output still to come, for it and for every running request,
-fits; the ratio decays per decode step and jumps back when decode runs out of KV, which retracts
-the requests with the fewest outputs back to the queue); "incremental" = vLLM's block allocation
-(the prompt's chunk must fit; when a decode step finds no free KV the most recently admitted
-request is preempted, recompute); "no-evict" = TRT-LLM's GUARANTEED_NO_EVICT (admitted only when
-its whole prompt + output fits next to the running requests' whole prompt + output).
+Admission and KV: `Rules.admission` (moesim.simulate.rules).
 
 Between events nothing changes the decode batch, so consecutive decode steps are taken as one
 run: their times are the surface's steps at the growing KV length, summed with numpy; an arrival
@@ -30,71 +24,15 @@ between steps), exactly as the step-by-step loop would.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
 
 import numpy as np
 
+from moesim.simulate import admission as A
 from moesim.simulate.rules import Rules
+from moesim.simulate.state import Pass, Rank, Reqs
 from moesim.simulate.surface import Surfaces, effective_length
 
 KMAX = 4096  # decode steps priced at once in a run (bounded arrays)
-
-
-class Reqs:
-    """Per-request state of a simulation, as arrays indexed by request id."""
-
-    def __init__(self, isl, osl, prefix_id, prefix_tokens):
-        n = len(isl)
-        self.isl = np.asarray(isl, np.int64)
-        self.osl = np.asarray(osl, np.int64)
-        self.pid = np.asarray(prefix_id, np.int64)
-        self.ptok = np.minimum(np.asarray(prefix_tokens, np.int64), self.isl - 1)
-        self.prompt = self.isl.astype(float)  # tokens to (re)compute before decoding: isl, or more after a retraction
-        self.done = np.zeros(n)  # prompt tokens whose KV exists (computed or cached)
-        self.gen = np.zeros(n)  # output tokens generated
-        self.cached = np.zeros(n)  # prompt tokens served from the prefix cache
-        self.first = np.full(n, np.nan)  # first token leaves the scheduler
-        self.finish = np.full(n, np.nan)  # last token leaves the scheduler
-        self.last = np.zeros(n)  # when the request's previous token left (inter-token gaps)
-        self.preempt = np.zeros(n, np.int64)
-        self.inst = np.full(n, -1, np.int64)
-        self.rank = np.full(n, -1, np.int64)
-
-    def kv(self, rid) -> np.ndarray:
-        return self.done[rid] + self.gen[rid]
-
-
-class Rank:
-    __slots__ = ("waiting", "running", "partial", "kv_used", "cache", "cache_tokens", "ratio", "idx")
-
-    def __init__(self, idx: int, ratio: float):
-        self.idx = idx
-        self.waiting: deque = deque()
-        self.running: list = []  # decoding
-        self.partial: list = []  # admitted, prompt not yet all computed (chunked)
-        self.kv_used = 0.0  # KV tokens held by admitted requests
-        self.cache: OrderedDict = OrderedDict()  # prefix id -> tokens (LRU), in the free KV
-        self.cache_tokens = 0
-        self.ratio = ratio  # SGLang new_token_ratio
-
-    def load(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.partial)
-
-
-class Pass:
-    """A pass (or a run of decode steps) in flight: what it changes when it ends."""
-
-    __slots__ = ("ends", "rids", "need", "picks", "decoding", "kind", "ranks_b", "start")
-
-    def __init__(self, kind, start, ends, rids=None, need=None, picks=None, decoding=None, ranks_b=None):
-        self.kind = kind
-        self.start = start  # "run" (decode steps) or "pass" (one pass with prefill)
-        self.ends = ends  # step end times (run) or [end] (pass)
-        self.rids = rids  # run: the decoding requests
-        self.need = need  # run: steps each still needs
-        self.picks = picks or []  # pass: (rank, rid, new prompt tokens)
-        self.decoding = decoding  # pass: requests advancing one decode step
-        self.ranks_b = ranks_b  # run: (rank, batch) pairs
 
 
 class Instance:
@@ -151,59 +89,19 @@ class Instance:
 
     # ------------------------------------------------------------------ the prefix cache
     def _hit(self, rank: Rank, rid: int) -> float:
+        """Prompt tokens served from cache: a given share of every prompt, or the request's prefix
+        when its rank holds it (LRU in the free KV: `Rank.cache_get`)."""
         R = self.R
         if self.hit_ratio > 0:
             return math.floor(self.hit_ratio * (R.isl[rid] - 1))
-        pid = R.pid[rid]
-        if not self.prefix_cache or pid < 0 or pid not in rank.cache:
-            return 0.0
-        rank.cache.move_to_end(pid)
-        return float(min(rank.cache[pid], R.ptok[rid]))
+        tokens = rank.cache_get(int(R.pid[rid])) if self.prefix_cache else 0
+        return float(min(tokens, R.ptok[rid]))
 
     def _cache_insert(self, rank: Rank, rid: int) -> None:
-        R = self.R
-        pid = R.pid[rid]
-        if not self.prefix_cache or pid < 0 or R.ptok[rid] <= 0:
-            return
-        if pid in rank.cache:
-            rank.cache.move_to_end(pid)
-            return
-        rank.cache[pid] = int(R.ptok[rid])
-        rank.cache_tokens += int(R.ptok[rid])
-        self._evict(rank)
-
-    def _evict(self, rank: Rank) -> None:
-        """Cached prefixes live in the free KV: the least recently used go when requests need it."""
-        while rank.cache and rank.cache_tokens > self.cap - rank.kv_used:
-            _, tok = rank.cache.popitem(last=False)
-            rank.cache_tokens -= tok
+        if self.prefix_cache and self.R.pid[rid] >= 0 and self.R.ptok[rid] > 0:
+            rank.cache_put(int(self.R.pid[rid]), int(self.R.ptok[rid]), self.cap)
 
     # ------------------------------------------------------------------ choosing the next pass
-    def _reserved(self, rank: Rank) -> float:
-        """KV the running requests will still need (SGLang: new_token_ratio x clipped remaining)."""
-        R, ru = self.R, self.rules
-        ids = rank.running + rank.partial
-        if not ids:
-            return 0.0
-        ids = np.asarray(ids)
-        if ru.admission == "no-evict":
-            return float(np.sum(R.prompt[ids] + R.osl[ids] - R.kv(ids)))
-        if ru.admission == "reserve":
-            rem = np.minimum(R.osl[ids] - R.gen[ids], ru.clip_max_new_tokens)
-            todo = R.prompt[ids] - R.done[ids]
-            return float(np.sum(rem) * rank.ratio + np.sum(todo))
-        return 0.0
-
-    def _admit_cost(self, rank: Rank, rid: int, need: float) -> float:
-        R, ru = self.R, self.rules
-        if self.role == "prefill":  # a PD prefill server keeps the KV only until it is sent
-            return need
-        if ru.admission == "no-evict":
-            return need + float(R.osl[rid] - R.gen[rid])
-        if ru.admission == "reserve":
-            return need + min(float(R.osl[rid] - R.gen[rid]), ru.clip_max_new_tokens) * rank.ratio
-        return 0.0
-
     def _picks(self, rank: Rank, budget: float, decoding: int) -> list:
         """(rid, new tokens) of prompt work for this rank's next pass, FCFS, within `budget` tokens."""
         R, ru = self.R, self.rules
@@ -218,7 +116,7 @@ class Instance:
                 break
             picks.append((rid, take))
             budget -= take
-        room = self.cap - rank.kv_used - self._reserved(rank)
+        room = self.cap - rank.kv_used - A.reserved(rank, self.R, self.rules)
         inputs = float(ru.max_prefill_tokens) if not ru.fused else math.inf
         while rank.waiting and budget > 0 and inputs > 0 and decoding + len(rank.partial) + len(picks) < ru.max_running:
             rid = rank.waiting[0]
@@ -229,7 +127,11 @@ class Instance:
                 take = min(take, ru.long_prefill_tokens)
             if take < need and not ru.chunked_prefill:
                 break
-            cost = self._admit_cost(rank, rid, need) if ru.admission != "incremental" else hit + take
+            cost = (
+                A.admit_cost(rank, self.R, self.rules, rid, need, self.role)
+                if ru.admission != "incremental"
+                else hit + take
+            )
             if cost > room:
                 break
             rank.waiting.popleft()
@@ -244,7 +146,7 @@ class Instance:
             if take < need and not ru.fused:
                 break  # SGLang: a truncated prompt becomes the chunked request and ends the batch
         rank.kv_used += sum(take for _, take in picks)
-        self._evict(rank)
+        rank.evict(self.cap)
         return picks
 
     def next_pass(self, t: float) -> float | None:
@@ -270,11 +172,13 @@ class Instance:
         no forward pass; the first token, computed by the prefill server, leaves now)."""
         R, ru = self.R, self.rules
         for rank in self.ranks:
-            room = self.cap - rank.kv_used - self._reserved(rank)
+            room = self.cap - rank.kv_used - A.reserved(rank, self.R, self.rules)
             while rank.waiting and len(rank.running) < ru.max_running:
                 rid = rank.waiting[0]
                 cost = (
-                    self._admit_cost(rank, rid, R.prompt[rid]) if ru.admission != "incremental" else R.prompt[rid] + 1
+                    A.admit_cost(rank, R, ru, rid, R.prompt[rid], self.role)
+                    if ru.admission != "incremental"
+                    else R.prompt[rid] + 1
                 )
                 if cost > room:
                     break
@@ -325,7 +229,7 @@ class Instance:
 
     def _start_run(self, t) -> float:
         R = self.R
-        self._make_room()
+        A.make_room(self.ranks, self.R, self.rules, self.cap, self.q)
         ranks = [r for r in self.ranks if r.running]
         if not ranks:
             self.inflight = None
@@ -348,110 +252,90 @@ class Instance:
         self.version += 1
         return float(ends[-1])
 
-    def _make_room(self) -> None:
-        """Before decode steps: a rank whose free KV cannot take one step retracts (SGLang) or
-        preempts (vLLM) requests back to its queue, to be recomputed."""
-        R, ru = self.R, self.rules
-        for rank in self.ranks:
-            retracted = False
-            while rank.running and self.cap - rank.kv_used < len(rank.running) * self.q:
-                retracted = True
-                if ru.admission == "reserve":
-                    # scheduler.py retract_decode: sorted by (output len, -input len), fewest outputs go first
-                    ids = rank.running
-                    victim = min(ids, key=lambda i: (R.gen[i], -R.isl[i]))
-                else:
-                    victim = rank.running[-1]  # vLLM V1: the last scheduled running request
-                rank.running.remove(victim)
-                rank.kv_used -= R.kv(victim)
-                R.prompt[victim] = R.isl[victim] + math.floor(R.gen[victim])
-                R.done[victim] = 0.0
-                R.preempt[victim] += 1
-                rank.waiting.appendleft(victim)
-            if retracted and ru.admission == "reserve" and rank.running:
-                ids = np.asarray(rank.running)
-                if ids.size:
-                    # retract_decode: ratio = (decoded + 20 steps x requests) / sum of clipped max_new_tokens
-                    tot = np.sum(np.minimum(R.osl[ids], ru.clip_max_new_tokens))
-                    rank.ratio = min(1.0, float((np.sum(R.gen[ids]) + 20 * ids.size) / max(tot, 1)))
-
     # ------------------------------------------------------------------ ending a pass
-    def finish_pass(self, out_s: float, itl: list) -> tuple[float, list]:
+    def finish_pass(self, itl: list) -> tuple[float, list]:
         """Apply the pass in flight at its end -> (end time, [(rid, finish time)]) of requests that
-        finished; first tokens, inter-token gaps (`itl` list of (gaps, weights)) recorded."""
-        R, ru, p = self.R, self.rules, self.inflight
+        finished (PD prefill: whose prompt is done); first tokens, inter-token gaps (`itl`: list of
+        (gaps, weight)) recorded."""
+        R, p = self.R, self.inflight
         self.passes += 1
-        done = []
-        first_end = float(p.ends[0])
         for rid in self.pending_first:
-            R.first[rid] = first_end
+            R.first[rid] = float(p.ends[0])
         self.pending_first = []
-        if p.kind == "run":
-            m = len(p.ends)
-            ends = p.ends
-            rids = p.rids
-            itl.append((ends[0] - R.last[rids], 1.0))
-            if m > 1:
-                itl.append((np.diff(ends), float(rids.size)))
-            R.gen[rids] = np.minimum(R.gen[rids] + m * self.a, R.osl[rids])
-            R.last[rids] = ends[-1]
-            for rank, b in p.ranks_b:
-                rank.kv_used += m * self.a * b
-                if ru.admission == "reserve":
-                    rank.ratio = max(rank.ratio - m * ru.new_token_ratio_decay, ru.new_token_ratio_min)
-            fin = p.need <= m
-            if fin.any():
-                for rid, tf in zip(rids[fin], ends[(p.need[fin] - 1).astype(int)]):
-                    done.append((int(rid), float(tf)))
-            end = float(ends[-1])
-        else:
-            end = float(p.ends[0])
-            d = p.decoding
-            if d.size:
-                itl.append((end - R.last[d], 1.0))
-                R.gen[d] = np.minimum(R.gen[d] + self.a, R.osl[d])
-                R.last[d] = end
-                for rank in self.ranks:
-                    if rank.running and (ru.fused or not any(pr is rank for pr, _, _ in p.picks)):
-                        rank.kv_used += self.a * len(rank.running)
-                fin = R.gen[d] >= R.osl[d]
-                done += [(int(r), end) for r in d[fin]]
-            for rank, rid, tk in p.picks:
-                R.done[rid] += tk
-                if R.done[rid] >= R.prompt[rid] - 1e-9:
-                    rank.partial.remove(rid)
-                    if R.gen[rid] == 0:  # the pass that completes the prompt samples the first token
-                        R.gen[rid] = 1.0
-                        rank.kv_used += 1.0
-                        if self.role == "prefill":
-                            done.append((rid, end))
-                            continue
-                        if ru.first_token_after_next_pass:
-                            self.pending_first.append(rid)
-                        else:
-                            R.first[rid] = end
-                        R.last[rid] = end
-                    if self.role != "prefill":
-                        if R.gen[rid] >= R.osl[rid]:
-                            done.append((rid, end))
-                        else:
-                            rank.running.append(rid)
-        for rid, tf in done:
-            rank = self.ranks[R.rank[rid]]
-            if self.role == "prefill":
-                continue  # freed when its KV has left (`release`)
-            if rid in rank.running:
-                rank.running.remove(rid)
-            rank.kv_used -= R.kv(rid)
-            R.finish[rid] = tf
-            if rid in self.pending_first:  # a one-token output: its first token is its last
-                self.pending_first.remove(rid)
-            if np.isnan(R.first[rid]):
-                R.first[rid] = tf
-            self._cache_insert(rank, rid)
+        end, done = self._apply_run(p, itl) if p.kind == "run" else self._apply_pass(p, itl)
+        if self.role != "prefill":  # a prefilled request stays until its KV has left (`release`)
+            for rid, tf in done:
+                self._retire(rid, tf)
         self.busy_s += end - p.start
         self.inflight = None
         return end, done
+
+    def _apply_run(self, p: Pass, itl: list):
+        """m decode steps of the running requests: tokens, KV, the SGLang ratio's decay."""
+        R, ru, ends, rids = self.R, self.rules, p.ends, p.rids
+        m = len(ends)
+        itl.append((ends[0] - R.last[rids], 1.0))
+        if m > 1:
+            itl.append((np.diff(ends), float(rids.size)))
+        R.gen[rids] = np.minimum(R.gen[rids] + m * self.a, R.osl[rids])
+        R.last[rids] = ends[-1]
+        for rank, b in p.ranks_b:
+            rank.kv_used += m * self.a * b
+            if ru.admission == "reserve":
+                rank.ratio = max(rank.ratio - m * ru.new_token_ratio_decay, ru.new_token_ratio_min)
+        fin = p.need <= m
+        done = [(int(rid), float(tf)) for rid, tf in zip(rids[fin], ends[(p.need[fin] - 1).astype(int)])]
+        return float(ends[-1]), done
+
+    def _apply_pass(self, p: Pass, itl: list):
+        """One pass with prompt work: its decoding requests advance a step, its chunks are computed,
+        a completed prompt samples its first token."""
+        R, ru = self.R, self.rules
+        end, d, done = float(p.ends[0]), p.decoding, []
+        if d.size:
+            itl.append((end - R.last[d], 1.0))
+            R.gen[d] = np.minimum(R.gen[d] + self.a, R.osl[d])
+            R.last[d] = end
+            for rank in self.ranks:
+                if rank.running and (ru.fused or not any(pr is rank for pr, _, _ in p.picks)):
+                    rank.kv_used += self.a * len(rank.running)
+            done += [(int(r), end) for r in d[R.gen[d] >= R.osl[d]]]
+        for rank, rid, tk in p.picks:
+            R.done[rid] += tk
+            if R.done[rid] < R.prompt[rid] - 1e-9:
+                continue
+            rank.partial.remove(rid)
+            if R.gen[rid] == 0:  # the pass that completes the prompt samples the first token
+                R.gen[rid] = 1.0
+                rank.kv_used += 1.0
+                if self.role == "prefill":
+                    done.append((rid, end))
+                    continue
+                if ru.first_token_after_next_pass:
+                    self.pending_first.append(rid)
+                else:
+                    R.first[rid] = end
+                R.last[rid] = end
+            if self.role != "prefill":
+                if R.gen[rid] >= R.osl[rid]:
+                    done.append((rid, end))
+                else:
+                    rank.running.append(rid)
+        return end, done
+
+    def _retire(self, rid: int, t: float) -> None:
+        """A finished request frees its KV (its prefix stays in the cache)."""
+        R = self.R
+        rank = self.ranks[R.rank[rid]]
+        if rid in rank.running:
+            rank.running.remove(rid)
+        rank.kv_used -= R.kv(rid)
+        R.finish[rid] = t
+        if rid in self.pending_first:  # a one-token output: its first token is its last
+            self.pending_first.remove(rid)
+        if np.isnan(R.first[rid]):
+            R.first[rid] = t
+        self._cache_insert(rank, rid)
 
     def release(self, rid: int) -> None:
         """PD prefill: the request's KV has been sent; its slots are free (prefix kept in the cache)."""
@@ -459,14 +343,14 @@ class Instance:
         rank.kv_used -= self.R.kv(rid)
         self._cache_insert(rank, rid)
 
-    def queued(self) -> int:
+    def queued(self) -> int:  # requests waiting for admission
         return sum(len(r.waiting) for r in self.ranks)
 
-    def running(self) -> int:
+    def running(self) -> int:  # admitted requests (decoding or prompt in progress)
         return sum(len(r.running) + len(r.partial) for r in self.ranks)
 
-    def kv_frac(self) -> float:
+    def kv_frac(self) -> float:  # KV in use / the pool
         return sum(r.kv_used for r in self.ranks) / (self.cap * len(self.ranks))
 
 
-__all__ = ["Instance", "Reqs", "Rank", "Pass", "KMAX"]
+__all__ = ["Instance", "KMAX"]

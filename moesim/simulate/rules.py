@@ -1,6 +1,15 @@
 """What a simulated engine does, as the scheduler needs it: one frozen record per (engine profile,
 deployment), built from the engine's serving profile (`moesim.simulate.engines`, YAML with a
-source per number) and the deployment (DP ranks, KV capacity). Seconds and tokens."""
+source per number) and the deployment (DP ranks, KV capacity). Seconds and tokens.
+
+Admission and KV (`Rules.admission`): "reserve" = SGLang's PrefillAdder (a prompt is admitted when
+its KV plus new_token_ratio x the output still to come, for it and for every running request,
+fits; the ratio decays per decode step and jumps back when decode runs out of KV, which retracts
+the requests with the fewest outputs back to the queue); "incremental" = vLLM's block allocation
+(the prompt's chunk must fit; when a decode step finds no free KV the most recently admitted
+request is preempted, recompute); "no-evict" = TRT-LLM's GUARANTEED_NO_EVICT (admitted only when
+its whole prompt + output fits next to the running requests' whole prompt + output).
+"""
 
 from __future__ import annotations
 
@@ -27,7 +36,10 @@ class Rules:
     new_token_ratio_init: float = 0.7
     new_token_ratio_min: float = 0.1
     new_token_ratio_decay: float = 0.001  # per decode step
-    clip_max_new_tokens: int = 4096
+    clip_max_new_tokens: int = (
+        4096  # SGLang schedule_policy.py CLIP_MAX_NEW_TOKENS (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
+    )
+    retract_decode_steps: int = 20  # SGLang: decode steps per request the ratio reserves after a retraction
     step_cpu_s: float = 0.0  # scheduler CPU per pass: fixed ...
     step_cpu_per_req_s: float = 0.0  # ... plus per running request
     cpu_overlapped: bool = False  # CPU scheduling hidden behind the previous pass (overlap scheduler)
@@ -82,7 +94,7 @@ _ADMISSION = {"sglang": "reserve", "vllm": "incremental", "trtllm": "no-evict"}
 def rules_for(engine, profile=None, *, memory_bytes, dp, tp=1, kv_tokens=None, context_len=None, overrides=None):
     """-> (Rules, notes): the engine's serving profile (`moesim.simulate.engines`: shipped or a
     user's file) at this GPU memory, attention-DP size and KV pool, with `overrides` (Rules fields)."""
-    from moesim.simulate.engines import load_engine_profile
+    from moesim.simulate.engines import load_engine_profile  # lazy: YAML only when a simulation is built
 
     p = load_engine_profile(profile if profile is not None else engine)
     e = p.engine.value
@@ -112,6 +124,7 @@ def rules_for(engine, profile=None, *, memory_bytes, dp, tp=1, kv_tokens=None, c
         new_token_ratio_init=ratio0,
         new_token_ratio_min=ratio_min,
         new_token_ratio_decay=(ratio0 - ratio_min) / steps,
+        retract_decode_steps=int(getattr(sch, "retract_decode_steps", 20) if e == "sglang" else 20),
         step_cpu_s=float(ov.step_cpu_fixed_s),
         step_cpu_per_req_s=float(ov.step_cpu_per_request_s),
         cpu_overlapped=p.step_cpu_overlapped,

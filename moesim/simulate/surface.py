@@ -166,7 +166,7 @@ def _eval(dep: Deployment, grid: Grid, phase, **extra) -> np.ndarray:
     kw.update(extra)
     overlap = dep.overlap
     if phase == Phase.PREFILL:
-        from moesim.engine.serving import prefill_overlap
+        from moesim.engine.serving import prefill_overlap  # lazy: only prefill surfaces need it
 
         overlap = prefill_overlap(overlap)
     ev, _ = evaluate_grid(dep.model, dep.hw, grid, phase=phase, overlap=overlap, **kw)

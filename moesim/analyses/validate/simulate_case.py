@@ -92,7 +92,7 @@ def simulate_kwargs(case: dict) -> tuple[dict, dict]:
 
 def workload(case: dict):
     """The client's request stream (moesim.simulate.clients) as the published run sent it."""
-    from moesim.simulate import clients as C
+    from moesim.simulate import clients as C  # lazy: the simulator only for serving cases
 
     cl = case["client"]
     tool = TOOLS.get(str(cl.get("tool")), "sglang")
@@ -112,7 +112,7 @@ def workload(case: dict):
 
 def run_simulate_case(c) -> list:
     """Simulate the case's run; one check per published figure."""
-    from moesim.simulate.core import simulate
+    from moesim.simulate.core import simulate  # lazy: as above
 
     kw, _ = simulate_kwargs(c.raw)
     r = simulate(workload=workload(c.raw), cost_mode=c.raw.get("cost_mode", "calibrated"), **kw)
