@@ -79,6 +79,7 @@ _ENGINE_SCHEMA: dict[Engine, dict[str, dict[str, tuple]]] = {
             "max_running_requests_floor": ("int", 1),
             "max_running_requests_ceiling": ("int", 1),
             "schedule_conservativeness": ("float", 0.0, None),
+            "dp_attention_conservativeness_factor": ("float", 0.0, None),
             "init_new_token_ratio": ("float", 0.0, 1.0),
             "min_new_token_ratio_factor": ("float", 0.0, 1.0),
             "new_token_ratio_decay_steps": ("int", 1),

@@ -107,8 +107,11 @@ def rules_for(engine, profile=None, *, memory_bytes, dp, tp=1, kv_tokens=None, c
         admission = "incremental"
     else:
         admission = _ADMISSION[e]
-    ratio0 = float(getattr(sch, "init_new_token_ratio", 0.7) if e == "sglang" else 0.7)
-    ratio_min = ratio0 * float(sch.min_new_token_ratio_factor) if e == "sglang" else ratio0
+    ratio0, ratio_min = 0.7, 0.7  # unused outside SGLang ("reserve" admission)
+    if e == "sglang":  # NewTokenRatioTracker.from_config: init x conservativeness (x 0.3 with DP attention)
+        cons = float(sch.schedule_conservativeness) * (float(sch.dp_attention_conservativeness_factor) if dp > 1 else 1)
+        ratio0 = min(float(sch.init_new_token_ratio) * cons, 1.0)
+        ratio_min = min(ratio0 * float(sch.min_new_token_ratio_factor), 1.0)
     steps = float(sch.new_token_ratio_decay_steps) if e == "sglang" else 1.0
     chunked = bool(sch.enable_chunked_prefill) if e != "sglang" else True
     graph_tokens = getattr(p.cuda_graph, "prefill_graph_max_tokens", 0) or 0

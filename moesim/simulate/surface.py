@@ -70,33 +70,22 @@ def geometric_knots(lo: float, hi: float, n: int) -> np.ndarray:
 
 def _multilinear(axes: list[np.ndarray], table: np.ndarray, point) -> float:
     """Multilinear interpolation of `table` (shape = lengths of `axes`) at `point`, clamped to the
-    knots' range (the surfaces span every shape the engine can run)."""
-    idx, wts = [], []
+    knots' range (the surfaces span every shape the engine can run): the 2^d block around the point,
+    contracted one axis at a time."""
+    cut, wts = [], []
     for ax, x in zip(axes, point):
-        n = ax.size
-        if n == 1:
-            idx.append((0, 0))
-            wts.append(0.0)
+        if ax.size == 1:
+            cut.append(slice(0, 1))
+            wts.append(None)
             continue
-        j = bisect.bisect_right(ax, x) - 1
-        j = min(max(j, 0), n - 2)
+        j = min(max(bisect.bisect_right(ax, x) - 1, 0), ax.size - 2)
         lo, hi = ax[j], ax[j + 1]
-        w = (x - lo) / (hi - lo)
-        idx.append((j, j + 1))
-        wts.append(min(max(w, 0.0), 1.0))
-    total = 0.0
-    for corner in range(1 << len(axes)):
-        w, ix = 1.0, []
-        for d in range(len(axes)):
-            bit = (corner >> d) & 1
-            if axes[d].size == 1 and bit:
-                w = 0.0
-                break
-            w *= wts[d] if bit else 1.0 - wts[d]
-            ix.append(idx[d][bit])
-        if w:
-            total += w * table[tuple(ix)]
-    return total
+        cut.append(slice(j, j + 2))
+        wts.append(min(max((x - lo) / (hi - lo), 0.0), 1.0))
+    block = table[tuple(cut)]
+    for w in wts:
+        block = block[0] if w is None else block[0] * (1.0 - w) + block[1] * w
+    return float(block)
 
 
 @dataclass
