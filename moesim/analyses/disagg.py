@@ -33,7 +33,7 @@ from moesim.analyses.sweep import defaults_not_given, sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.enums import CostMode, Engine
 from moesim.errors import ConfigError, is_positive_number
-from moesim.specs.model import AttentionKind
+from moesim.metrics.memory import kv_bytes_per_token_per_gpu
 from moesim.specs.study import normalize_axes
 from moesim.units import jsonable
 
@@ -74,15 +74,6 @@ class DisaggResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in FIELDS}
         return jsonable(d)
-
-
-def kv_bytes_per_token_per_gpu(model, tp):
-    """KV bytes per token one attention-TP rank holds (MLA latent replicated; GQA heads sharded)."""
-    tp = np.asarray(tp, float)
-    kvb = float(model.kv_bytes_per_token)
-    if model.attention.kind == AttentionKind.MLA:
-        return kvb + 0.0 * tp
-    return kvb / np.minimum(tp, model.kv_heads)
 
 
 def _row(df, i):

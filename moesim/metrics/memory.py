@@ -225,3 +225,12 @@ def max_batch(mem: Memory):
         lo = np.where(todo & ok, mid, lo)
         hi = np.where(todo & ~ok, mid, hi)
     return lo
+
+
+def kv_bytes_per_token_per_gpu(model, tp):
+    """KV bytes per token one attention-TP rank holds (MLA latent replicated; GQA heads sharded)."""
+    tp = np.asarray(tp, float)
+    kvb = float(model.kv_bytes_per_token)
+    if model.attention.kind == AttentionKind.MLA:
+        return kvb + 0.0 * tp
+    return kvb / np.minimum(tp, model.kv_heads)

@@ -20,7 +20,7 @@ from moesim.engine.pricing import resolve_specs
 from moesim.enums import DEFAULT_ENGINE, Engine, Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
-from moesim.metrics.memory import max_batch, memory
+from moesim.metrics.memory import kv_bytes_per_token_per_gpu, max_batch, memory
 from moesim.simulate import stats as ST
 from moesim.simulate import surface as S
 from moesim.simulate.events import KvLink, run
@@ -164,6 +164,19 @@ def _specs(layout: dict, replicas: int, prefill, rules, prefill_only: bool) -> l
     return [("prefill", pre_layout, n_pre, pre_rules), ("decode", layout, replicas, rules)]
 
 
+def kv_tiers(pool: Pool) -> list:
+    """The KV-cache tiers below HBM of one DP rank, from the hardware spec: (name, tokens, load s per
+    token). Every GPU of the rank holds its share of a token's KV (MLA: the whole latent on each
+    attention-TP GPU) and loads it over its own link, so capacity and load time are per GPU's share."""
+    hw, m, c = pool.deployment.hw, pool.deployment.model, pool.config
+    per_gpu = float(kv_bytes_per_token_per_gpu(m, c["tp"]))
+    out = []
+    for name, cap, bw in (("host", hw.host_kv_bytes, hw.host_Bps), ("disk", hw.disk_kv_bytes, hw.disk_Bps)):
+        if cap > 0 and bw > 0:
+            out.append((name, cap / per_gpu, per_gpu / bw))
+    return out
+
+
 def _kv_link(pre: Pool) -> KvLink:
     """Every GPU of a prefill instance sends its rank's KV over its own NIC (rdma_Bps: achievable)."""
     h = pre.deployment.hw
@@ -199,7 +212,7 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
         idx = sum(map(len, inst_pools))
         inst_pools.append([Instance(idx + i, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,
                                     tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len,
-                                    role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio)
+                                    role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio, tiers=kv_tiers(pool))
                            for i in range(count)])  # fmt: skip
         pools.append(pool)
     link = _kv_link(pools[0]) if pools[0].role == "prefill" else None

@@ -40,9 +40,10 @@ class Instance:
     rank, priced by `surf`. role: "both" (aggregated), "prefill" or "decode" (PD)."""
 
     def __init__(self, idx, rules: Rules, surf: Surfaces, reqs: Reqs, *, dp, kv_capacity, tokens_per_step, q_len,
-                 role="both", prefix_cache=True, hit_ratio=0.0):  # fmt: skip
+                 role="both", prefix_cache=True, hit_ratio=0.0, tiers=()):  # fmt: skip
         self.idx, self.rules, self.surf, self.R = idx, rules, surf, reqs
-        self.ranks = [Rank(i, rules.new_token_ratio_init) for i in range(int(dp))]
+        # tiers: (name, tokens per rank, load s per token) below HBM (host memory, disk)
+        self.ranks = [Rank(i, rules.new_token_ratio_init, tiers) for i in range(int(dp))]
         self.cap = float(kv_capacity)
         self.a = float(tokens_per_step)  # accepted tokens per decode step (MTP: 1 + sum of acceptance)
         self.q = float(q_len)  # tokens a decoding request puts through a pass (1 + drafts)
@@ -52,6 +53,7 @@ class Instance:
         self.version = 0
         self.rr = 0
         self.pending_first: list = []
+        self.load_s = 0.0  # cached KV the next pass loads from host / disk first (s)
         self.passes = 0
         self.busy_s = 0.0
 
@@ -68,7 +70,7 @@ class Instance:
         return sum(r.load() for r in self.ranks)
 
     def has_prefix(self, pid) -> bool:
-        return pid >= 0 and any(pid in r.cache for r in self.ranks)
+        return pid >= 0 and any(r.holds(pid) for r in self.ranks)
 
     def arrive(self, rid: int, t: float) -> float | None:
         """A request reaches the scheduler at t; -> the new end of the pass in flight when the
@@ -88,14 +90,16 @@ class Instance:
         return float(p.ends[-1])
 
     # ------------------------------------------------------------------ the prefix cache
-    def _hit(self, rank: Rank, rid: int) -> float:
-        """Prompt tokens served from cache: a given share of every prompt, or the request's prefix
-        when its rank holds it (LRU in the free KV: `Rank.cache_get`)."""
+    def _hit(self, rank: Rank, rid: int, take: bool = False) -> tuple[float, float]:
+        """(prompt tokens served from cache, seconds to load them into HBM): a given share of every
+        prompt, or the request's prefix where its rank holds it (`Rank.cache_get`: HBM, host, disk)."""
         R = self.R
         if self.hit_ratio > 0:
-            return math.floor(self.hit_ratio * (R.isl[rid] - 1))
-        tokens = rank.cache_get(int(R.pid[rid])) if self.prefix_cache else 0
-        return float(min(tokens, R.ptok[rid]))
+            return math.floor(self.hit_ratio * (R.isl[rid] - 1)), 0.0
+        if not self.prefix_cache:
+            return 0.0, 0.0
+        tokens, load_s = rank.cache_get(int(R.pid[rid]), self.cap, take)
+        return float(min(tokens, R.ptok[rid])), load_s
 
     def _cache_insert(self, rank: Rank, rid: int) -> None:
         if self.prefix_cache and self.R.pid[rid] >= 0 and self.R.ptok[rid] > 0:
@@ -120,7 +124,8 @@ class Instance:
         inputs = float(ru.max_prefill_tokens) if not ru.fused else math.inf
         while rank.waiting and budget > 0 and inputs > 0 and decoding + len(rank.partial) + len(picks) < ru.max_running:
             rid = rank.waiting[0]
-            hit = min(self._hit(rank, rid), R.prompt[rid] - 1) if R.done[rid] == 0 else 0.0
+            hit, load_s = self._hit(rank, rid) if R.done[rid] == 0 else (0.0, 0.0)
+            hit = min(hit, R.prompt[rid] - 1)
             need = R.prompt[rid] - R.done[rid] - hit
             take = min(need, budget)
             if ru.long_prefill_tokens:
@@ -135,6 +140,9 @@ class Instance:
             if cost > room:
                 break
             rank.waiting.popleft()
+            if hit > 0 and self.hit_ratio == 0:
+                self._hit(rank, rid, take=True)  # promoted into HBM (from host / disk: loaded first)
+                self.load_s += load_s
             R.cached[rid] += hit
             R.done[rid] += hit
             rank.kv_used += hit
@@ -221,7 +229,9 @@ class Instance:
             share = T_sum / (len(self.ranks) * T_max) if T_max > 0 else 1.0
             gpu = surf.fused(b_max, kv_b / max(b_max, 1), T_max, L, share)
         running = sum(len(r.running) for r in self.ranks)
-        dur = float(self._cpu(gpu, running + len(picks)))
+        # cached prefixes from host memory / disk are loaded before the pass (not overlapped: an upper bound)
+        dur = float(self._cpu(gpu, running + len(picks))) + self.load_s
+        self.load_s = 0.0
         end = t + dur
         self.inflight = Pass("pass", t, np.array([end]), picks=picks, decoding=np.asarray(decoding, np.int64))
         self.version += 1

@@ -32,10 +32,22 @@ class Reqs:
         return self.done[rid] + self.gen[rid]
 
 
-class Rank:
-    __slots__ = ("waiting", "running", "partial", "kv_used", "cache", "cache_tokens", "ratio", "idx")
+class Tier:
+    """A KV-cache tier below HBM (host memory, disk): LRU prefixes up to `capacity` tokens, loaded
+    back into HBM at `load_s_per_token`."""
 
-    def __init__(self, idx: int, ratio: float):
+    __slots__ = ("name", "capacity", "load_s_per_token", "lru", "tokens")
+
+    def __init__(self, name: str, capacity: float, load_s_per_token: float):
+        self.name, self.capacity, self.load_s_per_token = name, float(capacity), float(load_s_per_token)
+        self.lru: OrderedDict = OrderedDict()
+        self.tokens = 0
+
+
+class Rank:
+    __slots__ = ("waiting", "running", "partial", "kv_used", "cache", "cache_tokens", "ratio", "idx", "tiers")
+
+    def __init__(self, idx: int, ratio: float, tiers=()):
         self.idx = idx
         self.waiting: deque = deque()
         self.running: list = []  # decoding
@@ -44,16 +56,33 @@ class Rank:
         self.cache: OrderedDict = OrderedDict()  # prefix id -> tokens (LRU), in the free KV
         self.cache_tokens = 0
         self.ratio = ratio  # SGLang new_token_ratio
+        self.tiers = [Tier(*t) for t in tiers if t[1] > 0]  # host memory, disk: spill targets, in order
 
     def load(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.partial)
 
-    def cache_get(self, pid: int) -> int:
-        """Tokens of prefix `pid` cached on this rank (0: none), now the most recently used."""
-        if pid < 0 or pid not in self.cache:
-            return 0
-        self.cache.move_to_end(pid)
-        return self.cache[pid]
+    def holds(self, pid: int) -> bool:
+        return pid in self.cache or any(pid in t.lru for t in self.tiers)
+
+    def cache_get(self, pid: int, cap: float, take: bool = True) -> tuple[int, float]:
+        """(tokens of prefix `pid` cached on this rank, seconds to bring them into HBM): a hit in
+        HBM is free; one in a lower tier is loaded back (and is HBM's most recent again). take
+        False: look only (nothing moves)."""
+        if pid < 0:
+            return 0, 0.0
+        if pid in self.cache:
+            if take:
+                self.cache.move_to_end(pid)
+            return self.cache[pid], 0.0
+        for t in self.tiers:
+            if pid in t.lru:
+                tok = t.lru[pid]
+                if take:
+                    del t.lru[pid]
+                    t.tokens -= tok
+                    self.cache_put(pid, tok, cap)
+                return tok, tok * t.load_s_per_token
+        return 0, 0.0
 
     def cache_put(self, pid: int, tokens: int, cap: float) -> None:
         if pid in self.cache:
@@ -64,10 +93,23 @@ class Rank:
         self.evict(cap)
 
     def evict(self, cap: float) -> None:
-        """Cached prefixes live in the free KV: the least recently used go when requests need it."""
+        """Cached prefixes live in the free KV: the least recently used go when requests need it,
+        down to the next tier (host memory, then disk) while it has room, else they are dropped."""
         while self.cache and self.cache_tokens > cap - self.kv_used:
-            _, tok = self.cache.popitem(last=False)
+            pid, tok = self.cache.popitem(last=False)
             self.cache_tokens -= tok
+            self._spill(0, pid, tok)
+
+    def _spill(self, i: int, pid: int, tok: int) -> None:
+        if i >= len(self.tiers) or tok > self.tiers[i].capacity:
+            return
+        t = self.tiers[i]
+        t.lru[pid] = tok
+        t.tokens += tok
+        while t.tokens > t.capacity:
+            p2, k2 = t.lru.popitem(last=False)
+            t.tokens -= k2
+            self._spill(i + 1, p2, k2)
 
 
 class Pass:

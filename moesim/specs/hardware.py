@@ -54,6 +54,10 @@ class HardwareSpec:
     sm_version: int = field(
         0, lo=0, hi=1000, doc="CUDA compute capability x 10 (80 Ampere, 90 Hopper, 100 Blackwell); 0 = unknown"
     )
+    host_kv_GB: float = field(0.0, lo=0.0, hi=1e7, doc="host memory per GPU for a KV-cache tier (0 = none)")
+    host_bw_GBps: float = field(0.0, lo=0.0, hi=1e5, doc="host -> GPU bandwidth per GPU, achievable (PCIe / C2C)")
+    disk_kv_GB: float = field(0.0, lo=0.0, hi=1e9, doc="disk (local or distributed) per GPU for a KV-cache tier")
+    disk_bw_GBps: float = field(0.0, lo=0.0, hi=1e5, doc="disk -> GPU read bandwidth per GPU, achievable")
     description: str = ""
     sources: dict[str, str] = None
     # keys older hardware files carry that no prediction ever read (issue 17: honoured or removed)
@@ -119,6 +123,10 @@ class HardwareSpec:
     kernel_launch_s = _si("kernel_launch_us", U.US)
     kernel_launch_eager_s = _si("kernel_launch_eager_us", U.US)
     layer_sync_s = _si("layer_sync_us", U.US)
+    host_kv_bytes = _si("host_kv_GB", U.GB)
+    host_Bps = _si("host_bw_GBps", U.GBPS)
+    disk_kv_bytes = _si("disk_kv_GB", U.GB)
+    disk_Bps = _si("disk_bw_GBps", U.GBPS)
 
     @property
     def sm_generation(self) -> int:
