@@ -1,5 +1,5 @@
-"""Statistics and outputs of a simulated run: the summary a serving benchmark prints, a per-request
-table for ``--out`` (csv / parquet / json through `moesim.report.writer`), and a time-series figure.
+"""Statistics of a simulated run: the summary a serving benchmark prints. The per-request table for
+``--out`` and the time-series figure are in `moesim.report.sim_outputs` (report layer).
 
 Definitions follow the benchmark clients (each rule names its source):
 
@@ -30,8 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import ConfigError, check_number
-from moesim.report.writer import check_figure_suffix, write_figure
-from moesim.simulate.requests import RequestLog, TimeSeries
+from moesim.simulate.requests import RequestLog
 
 PERCENTILES = (50, 90, 99)
 
@@ -111,8 +110,6 @@ def summarize(
     done = measured & np.isfinite(fin) & np.isfinite(first)
     inp = np.asarray(log.input_tokens, np.int64)
     outp = np.asarray(log.output_tokens, np.int64)
-    cached = np.asarray(log.cached_tokens, np.int64)
-    pre = np.asarray(log.preemptions, np.int64)
 
     ttft = (first - sent)[done]
     e2e = (fin - sent)[done]
@@ -132,15 +129,7 @@ def summarize(
     def per_s(total: float) -> float:
         return float(total / dur) if rate_ok else 0.0
 
-    good = np.ones(completed, bool)  # vLLM serve.py: good when slo >= value for every SLO given
-    if slos["slo_ttft_s"] is not None:
-        good &= ttft <= slos["slo_ttft_s"]
-    if slos["slo_tpot_s"] is not None:
-        good &= np.where(n_out > 1, tpot, 0.0) <= slos["slo_tpot_s"]  # serve.py: tpot = 0 when output_len <= 1
-    if slos["slo_e2e_s"] is not None:
-        good &= e2e <= slos["slo_e2e_s"]
-    good_n = int(good.sum())
-
+    good_n = _good_count(ttft, tpot, e2e, n_out, slos)
     in_tot, out_tot = int(inp[done].sum()), int(outp[done].sum())
     res = {
         "requests": int(n_all),
@@ -156,14 +145,39 @@ def summarize(
         "total_tokens_per_s": per_s(in_tot + out_tot),
         "concurrency_mean": per_s(float(e2e.sum())),
     }
-    res |= _dist("ttft", ttft)
+    res |= _latencies(log, ttft, tpot, e2e)
+    res |= _token_totals(log, done, measured, in_tot, out_tot)
+    return res | slos
+
+
+def _good_count(ttft, tpot, e2e, n_out, slos: dict) -> int:
+    """Completed requests that meet every SLO given (vLLM serve.py: good when slo >= value)."""
+    good = np.ones(ttft.size, bool)
+    if slos["slo_ttft_s"] is not None:
+        good &= ttft <= slos["slo_ttft_s"]
+    if slos["slo_tpot_s"] is not None:
+        good &= np.where(n_out > 1, tpot, 0.0) <= slos["slo_tpot_s"]  # serve.py: tpot = 0 when output_len <= 1
+    if slos["slo_e2e_s"] is not None:
+        good &= e2e <= slos["slo_e2e_s"]
+    return int(good.sum())
+
+
+def _latencies(log: RequestLog, ttft, tpot, e2e) -> dict:
+    """``{ttft,tpot,itl,e2e}_{mean,p50,p90,p99}_s`` (ITL pooled, weighted by ``itl_weight``)."""
+    res = _dist("ttft", ttft)
     res |= _dist("tpot", tpot)
     itl = np.asarray(log.itl_s, float)
     w = np.asarray(log.itl_weight, float) if np.asarray(log.itl_weight).size else None
     res |= _dist("itl", itl, w)
     res |= _dist("e2e", e2e)
-    cached_tot = int(cached[done].sum())
-    res |= {
+    return res
+
+
+def _token_totals(log: RequestLog, done, measured, in_tot: int, out_tot: int) -> dict:
+    """Token totals of the completed requests, prefix hits, and preemptions of the measured ones."""
+    cached_tot = int(np.asarray(log.cached_tokens, np.int64)[done].sum())
+    pre = np.asarray(log.preemptions, np.int64)
+    return {
         "input_tokens_total": in_tot,
         "output_tokens_total": out_tot,
         "cached_tokens_total": cached_tot,
@@ -171,67 +185,6 @@ def summarize(
         "preemptions_total": int(pre[measured].sum()),
         "requests_preempted": int((pre[measured] > 0).sum()),
     }
-    return res | slos
 
 
-def per_request_frame(log: RequestLog):
-    """One row per request (warm-up included, flagged), units in the column names; for ``--out``
-    through `moesim.report.writer.write_frame`."""
-    import pandas as pd  # lazy: `moesim --help` must not import pandas
-
-    n_out = np.asarray(log.output_tokens, np.int64)
-    return pd.DataFrame(
-        {
-            "request": np.arange(n_out.size, dtype=np.int64),
-            "warmup": np.asarray(log.warmup, bool),
-            "sent_s": np.asarray(log.sent_s, float),
-            "first_token_s": np.asarray(log.first_token_s, float),
-            "finish_s": np.asarray(log.finish_s, float),
-            "ttft_s": np.asarray(log.ttft_s, float),
-            "tpot_s": np.asarray(log.tpot_s, float),
-            "e2e_s": np.asarray(log.e2e_s, float),
-            "input_tokens": np.asarray(log.input_tokens, np.int64),
-            "output_tokens": n_out,
-            "cached_tokens": np.asarray(log.cached_tokens, np.int64),
-            "replica": np.asarray(log.replica, np.int64),
-            "preemptions": np.asarray(log.preemptions, np.int64),
-        }
-    )
-
-
-def plot_timeseries(ts: TimeSeries, log: RequestLog, path, title: str = "") -> None:
-    """Three panels over run time: running batch and queue (requests), KV-cache use (%), and TTFT
-    per request against its send time (warm-up requests in grey). Saved by extension (.png / .svg /
-    .pdf) through the one atomic writer."""
-    check_figure_suffix(path)
-    import matplotlib  # lazy: matplotlib only when a figure is drawn (start-up time), as moesim.report.plots
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
-    t = np.asarray(ts.t_s, float)
-    ax = axes[0]
-    ax.step(t, np.asarray(ts.running, float), where="post", label="running (decode batch)")
-    ax.step(t, np.asarray(ts.queued, float), where="post", label="queued (waiting for prefill)")
-    ax.set_ylabel("requests")
-    ax.legend(loc="upper right", fontsize=8)
-    ax = axes[1]
-    ax.step(t, 100.0 * np.asarray(ts.kv_used_frac, float), where="post", color="tab:green")
-    ax.set_ylabel("KV cache used (%)")
-    ax.set_ylim(0, 105)
-    ax = axes[2]
-    warm = np.asarray(log.warmup, bool)
-    sent, ttft = np.asarray(log.sent_s, float), np.asarray(log.ttft_s, float)
-    ax.scatter(sent[~warm], ttft[~warm], s=6, label="measured")
-    if warm.any():
-        ax.scatter(sent[warm], ttft[warm], s=6, color="grey", label="warm-up")
-        ax.legend(loc="upper right", fontsize=8)
-    ax.set_ylabel("TTFT (s)")
-    ax.set_xlabel("time since start (s)")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    write_figure(fig, path, dpi=130)
-
-
-__all__ = ["summarize", "per_request_frame", "plot_timeseries", "weighted_percentile", "PERCENTILES"]
+__all__ = ["summarize", "weighted_percentile", "PERCENTILES"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from moesim.errors import ConfigError
-from moesim.simulate import clients
+from moesim.simulate import clients, traces
 from moesim.simulate.clients import closed_loop, mooncake_prefixes, open_loop, read_trace
 
 N = 20_000
@@ -267,7 +267,7 @@ def test_bad_traces_fail_with_one_line(tmp_path, name, text, pattern):
 
 def test_trace_row_cap_and_bad_arguments(tmp_path, monkeypatch):
     p = _w(tmp_path, "big.csv", HDR + "".join(f"{i},1,1\n" for i in range(5)))
-    monkeypatch.setattr(clients, "MAX_REQUESTS", 4)
+    monkeypatch.setattr(traces, "MAX_REQUESTS", 4)  # read_trace lives in traces (re-exported by clients)
     with pytest.raises(ConfigError, match=r"more than 4 rows; allowed at most 4 \(pass --max-requests N"):
         read_trace(p)
     assert read_trace(p, max_requests=3).size == 3

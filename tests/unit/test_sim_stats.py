@@ -1,13 +1,14 @@
-"""moesim.simulate.stats: summary statistics, goodput, the per-request frame and the figure."""
+"""moesim.simulate.stats: summary statistics and goodput; moesim.report.sim_outputs: the per-request frame and the figure."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from moesim.errors import ConfigError
+from moesim.report.sim_outputs import per_request_frame, plot_timeseries
 from moesim.report.writer import write_frame
 from moesim.simulate.requests import RequestLog, TimeSeries
-from moesim.simulate.stats import per_request_frame, plot_timeseries, summarize, weighted_percentile
+from moesim.simulate.stats import summarize, weighted_percentile
 
 
 def _log(**over):
