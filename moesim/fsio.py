@@ -10,7 +10,7 @@ side-cars, --out reports and tables) goes through `atomic_write_via`.
   to gets the new content and the link stays a link (a dangling link creates its target).
 - Mode: an existing file keeps its permission bits; a new file gets what a plain open() gives
   (0666 minus the umask: 0644 under umask 022), not mkstemp's 0600.
-- One writer per path: an exclusive, non-blocking flock on ``.NAME.lock`` beside the target; a
+- One writer per path: an exclusive, non-blocking flock (Windows: msvcrt.locking) on ``.NAME.lock`` beside the target; a
   second moesim process writing the same path gets "PATH is being written by another moesim
   process". The lock file is removed when the write ends (a stale one after SIGKILL is harmless).
 - SIGTERM during a write (main thread, default handler only): the temporary file and the lock are
@@ -21,7 +21,6 @@ side-cars, --out reports and tables) goes through `atomic_write_via`.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import re
 import signal
@@ -33,6 +32,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from moesim.errors import ConfigError
+
+try:  # POSIX (Linux, macOS): flock
+    import fcntl
+
+    msvcrt = None
+except ImportError:  # Windows: no fcntl; msvcrt's non-blocking lock of the lock file's first byte
+    fcntl = None
+    import msvcrt
 
 REASONS = {
     errno.EISDIR: "is a directory",
@@ -155,14 +162,32 @@ def _restore(handlers: list) -> None:
             _restore(rest)
 
 
+def _lock_fd(fd: int) -> None:
+    """An exclusive, non-blocking lock on the open file ``fd`` (released when it is closed)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+
+def _unlink_lock(lock: Path) -> None:
+    """Remove the lock file while still holding it; Windows refuses to remove an open file: left there
+    (harmless, as a stale one after SIGKILL is)."""
+    try:
+        lock.unlink(missing_ok=True)
+    except PermissionError:
+        if fcntl is not None:
+            raise
+
+
 def _take_lock(lock: Path, shown) -> int:
     """fd of ``lock``, flocked; refused when another process holds it. Re-checks after locking that
     the file is still the one at the path (a holder that just removed it would let two writers in)."""
     while True:
         fd = os.open(str(lock), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            _lock_fd(fd)
+        except (BlockingIOError, PermissionError):  # flock: EWOULDBLOCK; msvcrt.locking: EACCES
             os.close(fd)
             raise OutputError(shown, "it is being written by another moesim process") from None
         try:
@@ -186,7 +211,7 @@ def path_lock(target: Path, shown):
         if fd is not None:
             with _signals_deferred():
                 try:
-                    lock.unlink(missing_ok=True)
+                    _unlink_lock(lock)
                 finally:
                     os.close(fd)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -193,6 +194,33 @@ def _os_error(e: OSError):
     sys.exit(2)
 
 
+def _bad_number(e, argv) -> str | None:
+    """moesim's own words for an option value typer could not convert to its int / float annotation
+    (typer's and click's wording differs by version): "--batch: 'abc' is not a number"; None otherwise."""
+    param, ctx = getattr(e, "param", None), getattr(e, "ctx", None)
+    callback = getattr(getattr(ctx, "command", None), "callback", None)
+    opts = [o for o in getattr(param, "opts", None) or [] if o.startswith("-")]
+    if not opts or callback is None:
+        return None
+    try:
+        hint = typing.get_type_hints(callback).get(param.name)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: keep the library's message
+        return None
+    kinds = set(typing.get_args(hint)) - {type(None)} if typing.get_args(hint) else {hint}
+    if not kinds or not kinds <= {int, float}:
+        return None
+    value = next(
+        (
+            a.split("=", 1)[1] if "=" in a else nxt
+            for a, nxt in zip(argv, [*argv[1:], ""])
+            if a.split("=", 1)[0] in opts
+        ),
+        None,
+    )
+    shown = "" if value is None else f"{value!r} "
+    return f"{opts[0]}: {shown}is not {'an integer' if kinds == {int} else 'a number'}"
+
+
 def main(argv=None):
     try:
         rc = app(args=argv, standalone_mode=False)
@@ -218,7 +246,7 @@ def main(argv=None):
             e.show()  # bare `moesim` / `moesim calibrate`: the help text
             sys.exit(e.exit_code)
         if isinstance(e, click_errors):  # one line, as MoesimError (no usage box)
-            msg = " ".join(str(e.format_message()).split())
+            msg = _bad_number(e, sys.argv[1:] if argv is None else argv) or " ".join(str(e.format_message()).split())
             typer.echo(f"error: {msg} (see --help)", err=True)
             sys.exit(e.exit_code or 2)
         if isinstance(e, click_exits):

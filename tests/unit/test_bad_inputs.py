@@ -190,7 +190,9 @@ CASES = [
     cli("batch-neg", "estimate --batch -1", "batch", "> 0"),
     cli("batch-zero", "estimate --batch 0", "batch", "> 0"),
     cli("batch-1e15", "estimate --batch 1e15", "batch", "1e9"),
-    cli("batch-text", "estimate --batch abc", "--batch", "number"),
+    # moesim's words, not typer's / click's (theirs change by version): the flag, the value, what it is not
+    cli("batch-text", "estimate --batch abc", "--batch: 'abc' is not a number"),
+    cli("ep-text", "estimate --ep=x", "--ep: 'x' is not an integer"),
     cli("context-beyond-max", "estimate --context 1e9", "context", "max_context"),
     cli("context-nan", "estimate --context nan", "context", "finite"),
     cli("context-beyond-max-prefill", "estimate --phase prefill --context 1e12", "context", "max_context"),
@@ -537,6 +539,8 @@ def check_case(case: Case, files: dict) -> str:
     if "Traceback" in msg:
         problems.append("traceback text in the message")
     for w in caught:
+        if issubclass(w.category, DeprecationWarning) and "moesim" not in Path(w.filename).parts:
+            continue  # one library's deprecation inside another (matplotlib < 3.11 on pyparsing 3.3): users never see it
         problems.append(f"warning: {w.category.__name__}: {w.message}")
     for n in case.needles:
         if n.lower() not in msg.lower():

@@ -195,3 +195,40 @@ def test_a_signal_during_a_write_keeps_the_old_file(tmp_path, sig):
     else:
         atomic_write_bytes(p, b"new\n")
         assert p.read_text() == "new\n" and _names(tmp_path) == ["t.csv"]
+
+
+# Windows has no fcntl: the module imports and locks with msvcrt (simulated: fcntl blocked, a stand-in msvcrt)
+NO_FCNTL = """
+import os, sys, types
+sys.modules["fcntl"] = None  # import fcntl -> ImportError, as on Windows
+held, close = {}, os.close  # fd -> inode locked; closing the fd releases it, as msvcrt's lock
+def locking(fd, mode, nbytes):
+    if os.fstat(fd).st_ino in held.values():
+        raise PermissionError(13, "Permission denied")
+    held[fd] = os.fstat(fd).st_ino
+def closing(fd):
+    held.pop(fd, None)
+    close(fd)
+os.close = closing
+sys.modules["msvcrt"] = types.SimpleNamespace(locking=locking, LK_NBLCK=2)
+from moesim import fsio
+assert fsio.fcntl is None
+p = sys.argv[1]
+fsio.atomic_write_bytes(p, b"x")
+def inner(tmp):
+    try:
+        fsio.atomic_write_bytes(p, b"y")
+    except fsio.OutputError as e:
+        print("refused:", e)
+    open(tmp, "wb").write(b"z")
+fsio.atomic_write_via(p, inner)
+print(open(p, "rb").read().decode())
+"""
+
+
+def test_without_fcntl_writes_lock_with_msvcrt(tmp_path):
+    p = tmp_path / "s.csv"
+    r = subprocess.run([sys.executable, "-c", NO_FCNTL, str(p)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "refused: " in r.stdout and "another moesim process" in r.stdout and r.stdout.endswith("z\n")
+    assert p.read_bytes() == b"z"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -79,6 +80,16 @@ def venv(wheel, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "v")], check=True, timeout=120)
     py = tmp / "v" / "bin" / "python"
+    if sys.prefix != sys.base_prefix:  # this interpreter is a venv: --system-site-packages shows its base, not it
+        child = subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        # after the child's own site-packages (the wheel's moesim first); a .pth line's own .pth files are not
+        # read, so this venv's editable moesim stays out
+        (Path(child) / "_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     p = subprocess.run(
         [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
     )

@@ -10,10 +10,11 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from moesim.api import estimate_step
 from moesim.errors import ConfigError, SpecError
-from moesim.specs import load_hardware, load_model
+from moesim.specs import load_hardware, load_model, yamlio
 from moesim.specs.hardware import MIN_RATE
 from moesim.specs.loader import import_hf_config, parse_overrides
 from moesim.specs.study import load_study
@@ -136,6 +137,46 @@ def test_yaml_numbers_are_yaml_1_2():
     d = load_yaml("a: 010\nb: 1e3\nc: 0o17\nd: 0x1F\ne: -1.5e-3\nf: .inf\ng: 1:30\nh: 08\n")
     assert d == {"a": 10, "b": 1000.0, "c": 15, "d": 31, "e": -0.0015, "f": float("inf"), "g": "1:30", "h": 8}
     assert isinstance(d["b"], float) and isinstance(d["a"], int)
+
+
+# ------------------------------------------------------------------ YAML hazards: moesim's checks, any PyYAML
+@pytest.mark.parametrize("levels", [201, 999, 1100, 60000])  # libyaml (PyYAML 6.0.4) refuses 1000+ itself
+def test_deep_yaml_is_moesims_recursion_error_at_any_depth(levels):
+    with pytest.raises(RecursionError, match=f"deeper than {yamlio.MAX_DEPTH} levels"):
+        load_yaml("[" * levels + "]" * levels)
+    assert load_yaml("[" * yamlio.MAX_DEPTH + "]" * yamlio.MAX_DEPTH) is not None  # MAX_DEPTH itself reads
+
+
+def _libyaml_refusing_everything(monkeypatch):
+    """yaml.parse whose libyaml refuses every text in words of its own (a future libyaml's limits)."""
+    if yamlio._BASE is yaml.SafeLoader:
+        pytest.skip("PyYAML built without libyaml: the pure-Python parser is the only one")
+    real = yaml.parse
+
+    def parse(text, Loader):
+        if Loader is yamlio._BASE:
+            raise yaml.scanner.ScannerError(problem="some limit of libyaml's, in its own words")
+        return real(text, Loader=Loader)
+
+    monkeypatch.setattr(yaml, "parse", parse)
+
+
+def test_a_libyaml_refusal_is_decided_by_moesims_checks(monkeypatch):
+    _libyaml_refusing_everything(monkeypatch)
+    assert load_yaml("a: 010\nb: [1e3, {c: 2}]\n") == {"a": 10, "b": [1000.0, {"c": 2}]}  # read, YAML 1.2 numbers
+    with pytest.raises(RecursionError, match="nested deeper"):
+        load_yaml("a: " + "[" * 300 + "]" * 300)
+    with pytest.raises(yaml.YAMLError) as e:  # a real error is the parser's (with its line), not libyaml's words
+        load_yaml("a: [1,\nb: 2\n")
+    assert "libyaml's" not in str(e.value) and e.value.problem_mark.line >= 1
+
+
+def test_huge_integer_is_moesims_value_error():
+    with pytest.raises(ValueError, match=f"integer of 5000 digits, more than {yamlio.MAX_INT_DIGITS}"):
+        load_yaml("a: " + "9" * 5000)
+    with pytest.raises(ValueError, match="integer of 4301 digits"):
+        load_yaml("a: 0x" + "f" * 4301)
+    assert load_yaml("a: " + "9" * 40) == {"a": int("9" * 40)}
 
 
 def test_spec_study_and_set_read_010_as_ten(tmp_path):

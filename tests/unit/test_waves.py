@@ -115,23 +115,45 @@ def _peaks():
     return Peaks(name="test", hbm_Bps=BW, sms=SMS, flops={"fp8": PEAK, "bf16": PEAK / 2})
 
 
-def test_fit_recovers_known_waves_params():
-    rng = np.random.default_rng(3)
+WAVES_TRUE = {"eta_c": 0.65, "eta_m": 0.8, "alpha_us": 6.0, "kb_ns": 150.0, "sm_GBps": 80.0}
+
+
+def _waves_rows(seed: int) -> pd.DataFrame:
+    """132 synthetic GEMM rows of WAVES_TRUE with 1 % log-normal noise. Every parameter is the
+    binding term of some rows (d log t / d log p > 0.1 on: eta_c 30, eta_m 30, alpha 122, kb_ns 24,
+    sm_GBps 33 rows), and the truth's cost is ~7x that of the basin where kb_ns does not act."""
+    rng = np.random.default_rng(seed)
     ms = np.array([1, 8, 32, 64, 65, 128, 129, 256, 512, 1024, 4096], float)
     nk = [(n, k) for n in (512, 2048, 7168, 16384) for k in (512, 2048, 7168)]
     grid = np.array([(m, n, k) for m in ms for n, k in nk], float)
-    true = {"eta_c": 0.65, "eta_m": 0.8, "alpha_us": 6.0, "kb_ns": 150.0, "sm_GBps": 80.0}
-    t = gemm_t(grid[:, 0], grid[:, 1], grid[:, 2], true) * np.exp(rng.normal(0, 0.01, len(grid)))
-    d = _rows("gemm", len(grid), m=grid[:, 0], n=grid[:, 1], k=grid[:, 2], time_s=t, dtype="fp8")
+    t = gemm_t(grid[:, 0], grid[:, 1], grid[:, 2], WAVES_TRUE) * np.exp(rng.normal(0, 0.01, len(grid)))
+    return _rows("gemm", len(grid), m=grid[:, 0], n=grid[:, 1], k=grid[:, 2], time_s=t, dtype="fp8")
+
+
+def test_fit_recovers_known_waves_params():
+    d = _waves_rows(3)
     e = G.fit_waves("gemm", d, "fp8", "synthetic", _peaks(), "test")
     assert e["model"] == S.WAVES
-    for name in ("eta_m", "alpha_us", "kb_ns"):
-        assert e["params"][name] == pytest.approx(true[name], rel=0.1)
+    for name, want in WAVES_TRUE.items():
+        assert e["params"][name] == pytest.approx(want, rel=0.1), name
     cv = e["cv"]
     assert cv["median_abs_pct"] < 2.0 and cv["p90_abs_pct"] < 5.0
-    assert cv["small"]["rows"] == 4 * len(nk) and cv["small"]["median_abs_pct"] < 2.0
-    assert cv["physics"]["small"]["rows"] == 4 * len(nk)
+    assert cv["small"]["rows"] == 48 and cv["small"]["median_abs_pct"] < 2.0
+    assert cv["physics"]["small"]["rows"] == 48  # m <= 64: 4 of the 11 m values x 12 (n, k)
     assert "measurements" in e  # 132 rows <= TABLE_ROWS
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_waves_fit_finds_every_param_whatever_the_noise(seed):
+    """Not one lucky draw: each noise draw recovers all five parameters. kb_ns acts through
+    max(t_load, kb_ns): from a start below every row's load time its gradient is 0, and the two starts
+    before G.WAVES_STARTS' third (kb_ns 1000, above) left it at 5-125 on 12 of 30 draws (2 and 9 here)
+    at 7x the truth's cost -- a fitter miss that passed or failed by optimizer version."""
+    d = _waves_rows(seed)
+    data = G.WavesData("gemm", d, "fp8", _peaks())
+    p = dict(zip(data.names, data.fit(np.arange(len(d)))))
+    for name, want in WAVES_TRUE.items():
+        assert p[name] == pytest.approx(want, rel=0.1), name
 
 
 def test_fit_quant_stream_and_shape_folds():

@@ -51,11 +51,11 @@ RANK0_CLAMPED: frozenset = frozenset()
 EXPERT_MAP = frozenset(
     {"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts", "sglang_fused_moe_triton"}
 )
-# (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds and starts of the waves_v1 fit
+# (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds, starts (the 3rd: kb_ns over the load time, see test_waves.py)
 WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
 WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
-WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0])
+WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0], [0.7, 0.8, 5.0, 1000.0, 50.0])
 # extra params (start, lo, hi): host_us (fit.moe_tables.HOST_TIMED: max(host, GPU)), cta_ns, act_iter_ns
 HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
 EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS, MT.ACT_ITER_PARAM: MT.ACT_ITER_BOUNDS}
