@@ -66,8 +66,11 @@ def main():
             if cf:
                 errs[metric][0].append(abs(b))
             errs[metric][1].append(abs(a))
-            rows.append(f"| {case['id']} | {metric} | {want:.4g} | "
-                        f"{cf[ck]:.4g} ({b * 100:+.0f}%) | " if cf else f"| {case['id']} | {metric} | {want:.4g} | - | ")
+            rows.append(
+                f"| {case['id']} | {metric} | {want:.4g} | {cf[ck]:.4g} ({b * 100:+.0f}%) | "
+                if cf
+                else f"| {case['id']} | {metric} | {want:.4g} | - | "
+            )
             rows[-1] += f"{sim[sk]:.4g} ({a * 100:+.0f}%) |"
     print("| case | metric | measured | closed form (before) | simulated (after) |\n|---|---|---|---|---|")
     print("\n".join(rows))

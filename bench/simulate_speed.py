@@ -36,8 +36,15 @@ CASES = {
     ),
     "open loop 8 req/s, PD 1 prefill + 1 decode DP8 EP8 H200, SGLang": (
         lambda n: C.open_loop(8.0, n, 2000, 500, range_ratio=0.2, tool="vllm", seed=0),
-        dict(model="deepseek-r1", hardware="h200", tp=1, dp=8, ep=8, engine="sglang",
-             prefill={"instances": 1, "tp": 1, "dp": 8, "ep": 8}),
+        dict(
+            model="deepseek-r1",
+            hardware="h200",
+            tp=1,
+            dp=8,
+            ep=8,
+            engine="sglang",
+            prefill={"instances": 1, "tp": 1, "dp": 8, "ep": 8},
+        ),
     ),
 }
 

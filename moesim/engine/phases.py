@@ -12,6 +12,8 @@ from moesim.enums import DEFAULT_ENGINE, Phase
 from moesim.grid.core import Grid
 from moesim.schedule.schemes import micro_batches
 
+# which model produced the mixed phase's TTFT (issue 26): the closed form, not the request-level simulator
+TTFT_MODEL = "closed form: steady-state M/G/1 priority queue (moesim.engine.scheduler)"
 _PASSED = ("cost_mode", "comm", "expert_skew", "context_dist", "force_profile", "engine", "comm_sms")
 
 
@@ -67,9 +69,10 @@ def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, 
                   prefill_budget_tokens=float(v["prefill_budget_tokens"][0]), chunk_tokens=chunk_tokens,
                   request_rate=request_rate, scheduler=v["scheduler"][0], load=v["load"][0],
                   overlap=v["overlap"][0], prefill_overlap=v["prefill_overlap"][0], prefill_comm=v["prefill_comm"][0],
-                  set=list(set or []))  # fmt: skip
+                  ttft_model=TTFT_MODEL, set=list(set or []))  # fmt: skip
     engine = common.get("engine") or DEFAULT_ENGINE
     notes = list(dict.fromkeys(d.notes + r.notes)) + [load_note(engine, request_rate), _summary(v)]
+    notes.append(f"TTFT from the {TTFT_MODEL}; `moesim simulate` replays requests (bursts, waves, percentiles)")
     if not v["stable"][0]:
         notes.append(
             f"unstable: {request_rate:g} requests/s is more than this deployment serves (prefill share "

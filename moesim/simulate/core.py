@@ -127,7 +127,7 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     notes = notes + src
     if kv < float(np.max(isl)) + 1:
         raise ConfigError(
-            f"{role} instance ({c['gpus']} GPUs, TP{c['tp']} DP{c['dp']} EP{c['ep']}): its KV pool holds "
+            f"{'serving' if role == 'both' else role} instance ({c['gpus']} GPUs, TP{c['tp']} DP{c['dp']} EP{c['ep']}): its KV pool holds "
             f"{kv:,.0f} tokens per rank, less than the longest prompt ({np.max(isl):,.0f}); more GPUs or a smaller model"
         )
     # running requests per rank: the engine's limit, and no more than the KV pool can hold at once
