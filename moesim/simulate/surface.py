@@ -103,7 +103,6 @@ class Surfaces:
     prefill_table: np.ndarray | None = None
     fused_axes: list | None = None  # [b, ctx, T, L, f]
     fused_table: np.ndarray | None = None
-    notes: list = field(default_factory=list)
     evaluations: int = 0  # pass shapes priced
     _rows: dict = field(default_factory=dict, repr=False)
 
