@@ -114,6 +114,9 @@ class CommMode(StrEnum):
     DEEPEP_NORMAL = "deepep-normal"
     NCCL = "nccl"
     PPLX = "pplx"
+    # no all-to-all kernel: tokens all-gathered over the DP ranks and outputs reduce-scattered (attention
+    # DP), or all-reduced (attention TP): vLLM's allgather_reducescatter, TRT-LLM's CUTLASS MoE (issue 27)
+    ALLGATHER = "allgather"
 
 
 class Tag(StrEnum):

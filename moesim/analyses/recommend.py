@@ -202,8 +202,10 @@ def _launch_entries(top, frames) -> list:
                 )
             )
             continue
-        out.append((f"#{k + 1} prefill: {c['deployment']}", frames["prefill"].loc[c["_p"]].to_dict(), "prefill"))
-        out.append((f"#{k + 1} decode: {c['deployment']}", frames["decode"].loc[c["_d"]].to_dict(), "decode"))
+        n_p = int(c["_x"])
+        pd_ = {"prefill": frames["prefill"].loc[c["_p"]].to_dict(), "decode": frames["decode"].loc[c["_d"]].to_dict(),
+               "prefill_instances": n_p, "decode_instances": int(c["instances"]) - n_p}  # fmt: skip
+        out.append((f"#{k + 1} PD: {c['deployment']}", pd_, "pd"))
     return out
 
 

@@ -91,7 +91,7 @@ def estimate(
 
         c = r.config
         emit([("estimate", {**c, "redundant": c.get("redundant_experts"), "chunk_tokens": cfg["chunk_tokens"]}, None)],
-             cfg["model"], cfg["hardware"], cfg["set_"])  # fmt: skip
+             cfg["model"], cfg["hardware"], cfg["set_"], engine=c.get("engine") or cfg.get("engine"))  # fmt: skip
 
 
 def _list_catalog(kind: str, load, line, width: int) -> None:

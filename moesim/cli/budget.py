@@ -85,7 +85,7 @@ def recommend_cmd(
         from moesim.cli.launch import emit_launch as emit  # lazy: only when asked
 
         for title, row, role in df.attrs.get("launch", []):
-            emit([(title, row, role)], model, row.get("hardware") or hardware, set_, gpus_per_node)
+            emit([(title, row, role)], model, row.get("hardware") or hardware, set_, gpus_per_node, engine=engine)
 
 
 def register(app: typer.Typer) -> None:

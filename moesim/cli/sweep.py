@@ -180,7 +180,8 @@ def _launch(rows: list, grid: dict, titles: list) -> None:
             emit_launch([], None, None)
             continue
         cfg = {**row, "chunk_tokens": grid["chunk_tokens"]}
-        emit_launch([(title, cfg, None)], grid["model"], row.get("hardware"), grid["set_"], grid["gpus_per_node"])
+        emit_launch([(title, cfg, None)], grid["model"], row.get("hardware"), grid["set_"], grid["gpus_per_node"],
+                    engine=grid["engine"])  # fmt: skip
 
 
 def emit_rows(df, out, json_out) -> bool:
@@ -371,23 +372,23 @@ def disagg_cmd(
     else:
         print_disagg(r)
         if emit_launch:
-            _launch_disagg(r, model, set_, gpus_per_node, hardware, prefill_hardware, decode_hardware)
+            _launch_disagg(r, model, set_, gpus_per_node, hardware, decode_hardware, engine)
 
 
-def _launch_disagg(r, model, set_, gpn, hardware, prefill_hardware, decode_hardware) -> None:
-    """--emit-launch of `disagg`: the prefill and decode pools (PD roles) and the aggregated best."""
+def _launch_disagg(r, model, set_, gpn, hardware, decode_hardware, engine) -> None:
+    """--emit-launch of `disagg`: the whole PD deployment (every prefill and decode instance and the
+    router over them) and the aggregated best."""
     from moesim.cli.launch import emit_launch  # lazy: only when asked
 
     dep = r.deployment or {}
     n_p, n_d = dep.get("prefill_instances"), dep.get("decode_instances")
-    agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")} if r.aggregated else None
-    for title, cfg, role, hw in (
-        (f"prefill pool (start {n_p or 'x'} instances)", r.prefill, "prefill", prefill_hardware),
-        (f"decode pool (start {n_d or 'y'} instances)", r.decode, "decode", decode_hardware),
-        ("aggregated best", agg, None, None),
-    ):
-        if cfg:
-            emit_launch([(title, cfg, role)], model, hw or hardware, set_, gpn)
+    if r.prefill and r.decode:
+        pd = {"prefill": r.prefill, "decode": r.decode, "prefill_instances": n_p or 1, "decode_instances": n_d or 1}
+        title = f"PD: {n_p or 1} prefill + {n_d or 1} decode instances"
+        emit_launch([(title, pd, "pd")], model, decode_hardware or hardware, set_, gpn, engine=engine)
+    if r.aggregated:
+        agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")}
+        emit_launch([("aggregated best", agg, None)], model, hardware, set_, gpn, engine=engine)
 
 
 def register(app: typer.Typer) -> None:

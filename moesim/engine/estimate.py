@@ -152,7 +152,10 @@ def _notes(ev, memd, phase, overlap) -> list:
     if overlap == Overlap.AUTO:
         by = {s: _first(ev.values[f"step_time_s[{s}]"]) for s in schemes_for(phase)}
         ranked = sorted(by.items(), key=lambda kv: kv[1])
-        notes.append("overlap auto: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in ranked) + f" -> {ranked[0][0]}")
+        chosen, em = str(ev.values["overlap"][0]), ev.engine_model
+        skipped = [k for k, _ in ranked if k != chosen and by[k] < by[chosen]]
+        why = f" ({', '.join(skipped)}: not run by {em.label} here)" if skipped else ""
+        notes.append("overlap auto: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in ranked) + f" -> {chosen}{why}")
     return notes
 
 

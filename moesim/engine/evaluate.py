@@ -23,6 +23,7 @@ from moesim.metrics.step import metrics
 from moesim.perf.cost import CostModel
 from moesim.schedule.primitives import par, seq
 from moesim.schedule.schemes import SCHEMES, layer_chain, layer_period, micro_batches, overlap_choices, schemes_for
+from moesim.specs.engine import load_engine_model, moe_comm_labels, path_notes, scheme_notes
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.workload.attention import core_op
@@ -61,9 +62,9 @@ class _Pricer:
     depend on the context length: on large grids they are priced once per distinct context-free
     row and expanded (exact), the core on every row."""
 
-    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance, comm_sms=None, chunk=None):
+    def __init__(self, model, hw, grid, phase, comm, cm: CostModel, imbalance, comm_sms=None, chunk=None, path=None):
         self.model, self.hw, self.grid, self.phase, self.comm, self.cm = model, hw, grid, phase, comm, cm
-        self.comm_sms, self.chunk = comm_sms, chunk
+        self.comm_sms, self.chunk, self.path = comm_sms, chunk, path
         self.imbalance = imbalance or {}
         # a fused prefill chunk brings a second attention core (over the prompt): no context dedup
         self.rows = _context_free_rows(grid) if chunk is None else None
@@ -75,9 +76,14 @@ class _Pricer:
         return self.cache[ub]
 
     def _groups(self, grid, ub, factors):
+        path = None if self.path is None else self.path[self._rows_of(grid)]
         wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub, comm_sms=self.comm_sms,
-                     chunk=self.chunk)  # fmt: skip
+                     chunk=self.chunk, path=path)  # fmt: skip
         return wl, {name: apply_factors(self.cm.costs(getattr(wl, name)), factors) for name in GROUPS}
+
+    def _rows_of(self, grid):
+        """Indices of `grid`'s rows in the full grid (all of them, or the context-free representatives)."""
+        return slice(None) if grid is self.grid else self.rows[0]
 
     def _price(self, ub):
         wl, groups = self._groups(self.grid, ub, factors_for(self.imbalance, ub))
@@ -204,6 +210,7 @@ def evaluate(
     cuda_graphs=True,
     comm_sms=None,
     chunk=None,
+    engine=None,
 ) -> Evaluation:
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
@@ -213,22 +220,34 @@ def evaluate(
     comm_sms: SMs given to DeepEP's normal kernels (--comm-sms; None: DeepEP's default 20): their
     copy rate (profile deepep_v2) and the share of SMs taken from the compute they overlap.
     chunk: (prefill tokens per DP group, prompt length) fused into each decode pass (`W.build`).
+    engine: whose execution the workload follows (moesim.specs.engine: the MoE communication path each
+    configuration runs, the all-to-all mode of a pass carrying prefill tokens); None: the default engine.
     """
     phase = Phase(phase)
+    em = load_engine_model(engine)
     comm = CommMode(comm) if comm else default_comm(phase)
+    # a decode pass carrying a prefill chunk exists only in aggregated serving (SGLang: --deepep-mode auto)
+    comm = em.requested(comm, Phase.PREFILL if chunk is not None else phase, aggregated=chunk is not None)
+    path = em.moe_paths(comm, dp=grid.dp, ep=grid.ep, mnnvl=hw.domain_gpus > hw.gpus_per_node)
     overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
     cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=cuda_graphs)
     sync = hw.layer_sync_s if CostMode(cost_mode) != CostMode.ROOFLINE else 0.0
-    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms, chunk)
-    results = {}
+    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms, chunk, path)
+    results, runnable = {}, {}
+    auto = overlap == Overlap.AUTO.value
+    t_rank = W.tokens(grid, phase)[0] / np.maximum(grid.tp, 1.0)
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)
         step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync, phase)
         if ub > 1:  # a micro-batch needs at least one request (decode) or token (prefill)
             step = np.where(grid.batch >= ub, step, np.inf)
         results[scheme] = (step, moe_t, dense_t)
+        # auto picks among the schedules the engine runs there (moesim/specs/engines/*.yaml
+        # execution.overlap); every schedule's own time stays in step_time_s[<scheme>]
+        ok = scheme == Overlap.SERIAL.value or em.scheme_ok(scheme, path, t_rank, phase)
+        runnable[scheme] = (np.where(ok, step, np.inf), moe_t, dense_t) if auto else results[scheme]
     names = list(results)
-    best, step, moe_t, dense_t = _choose(results, grid.size)
+    best, step, moe_t, dense_t = _choose(runnable, grid.size)
     chosen = names[int(best[0])]
     sm = price(micro_batches(chosen))
     vals = metrics(grid, phase, step, sm.flops, hw.peak_flops(model.precision.weight_dtype), hw.gpus_per_node)
@@ -239,14 +258,18 @@ def evaluate(
             "moe_layer_time_s": moe_t,
             "dense_layer_time_s": dense_t,
             "overlap": np.array(names, dtype=object)[best],
+            "moe_comm": moe_comm_labels(path, comm),
             "bottleneck": _bottleneck(names, best, price, grid.size),
             **mem_vals,
         }
     )
     for s in names:
         vals[f"step_time_s[{s}]"] = np.broadcast_to(results[s][0], (grid.size,))
-    ev = Evaluation(grid, vals, sm.counted or [], cm.notes)
-    ev.memory, ev.comm, ev.chosen = mem, comm, chosen
+    notes = cm.notes + path_notes(em, comm, path)
+    if not auto and scheme_notes(em, overlap):
+        notes += scheme_notes(em, overlap)
+    ev = Evaluation(grid, vals, sm.counted or [], notes)
+    ev.memory, ev.comm, ev.chosen, ev.engine_model = mem, comm, chosen, em
     return ev
 
 

@@ -128,7 +128,7 @@ def evaluate_grid(
     prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
     imb, imb_notes = _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value, chunk)
     run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
-    run.update(comm_sms=comm_sms, chunk=chunk)
+    run.update(comm_sms=comm_sms, chunk=chunk, engine=engine)
     dd = _dedupe(grid) if chunk is None else None
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)

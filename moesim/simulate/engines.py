@@ -1,7 +1,7 @@
 """Serving-engine profiles as data: scheduler settings, serving overheads, CUDA-graph limits, first-token
 timing, routing and PD defaults of SGLang, vLLM V1 and TensorRT-LLM (issue 26).
 
-The numbers live in ``moesim/simulate/engines/<engine>.yaml``, one engine version per file; every leaf is
+The numbers live in ``moesim/specs/engines/<engine>.yaml`` (the engine model; its ``execution`` / ``launch`` sections are read by moesim.specs.engine), one engine version per file; every leaf is
 ``{value: ..., source: "..."}`` naming the engine file and function (or a published measurement, or
 ``derived: <how>`` for an estimate). This module reads a profile strictly (unknown or missing keys, wrong
 types and out-of-range numbers are one-line ``SpecError``s naming the file and field) into frozen
@@ -22,7 +22,10 @@ from moesim.errors import SpecError, check_number, key_text, unknown_keys
 from moesim.specs.loader import read_mapping
 
 GiB = 1024.0**3
-ENGINES_DIR = Path(__file__).with_name("engines")
+# one engine model per engine and version (moesim/specs/engines): this module reads its serving sections;
+# moesim.specs.engine reads `execution` and `launch` (what the engine runs and the flags that select it)
+ENGINES_DIR = Path(__file__).resolve().parent.parent / "specs" / "engines"
+OTHER_SECTIONS = ("pin", "execution", "launch")
 US = 1e-6  # seconds per microsecond
 
 # field kinds: ("int", lo), ("us", lo) (microseconds -> seconds), ("float", lo, hi), ("str", allowed | None),
@@ -371,7 +374,7 @@ def load_engine_profile(engine: str | Path, version: str | None = None) -> Engin
     raw = read_mapping(path)
     file = str(path)
     top = ("engine", "version", *_SCHEMA)
-    extra = unknown_keys(raw, top)
+    extra = unknown_keys(raw, top + OTHER_SECTIONS)
     if extra:
         _fail(f"{file}: {key_text(extra[0])}", f"unknown key; allowed: {', '.join(top)}")
     for k in top:

@@ -50,6 +50,7 @@ def build(
     micro_batches: int = 1,
     comm_sms=None,
     chunk=None,
+    path=None,
 ) -> Workload:
     """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20). `chunk`:
     (prefill tokens per DP group, prompt length[, prefill tokens per DP group through the experts])
@@ -57,7 +58,8 @@ def build(
     forward pass over decode + prefill tokens, whose GEMMs, experts and all-to-all carry all tokens
     (weights read once) and whose attention is per request (`attention_ops`). The third item, when
     the DP ranks carry unequal chunks (only some prefill in a lock-step pass), is the mean over
-    the ranks: the experts see the mean, the slowest rank's attention the first item."""
+    the ranks: the experts see the mean, the slowest rank's attention the first item. `path`: the MoE
+    communication path per configuration the engine runs (moesim.specs.engine; None: all-to-all)."""
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
@@ -89,6 +91,7 @@ def build(
             comm=comm,
             prefill=prefill,
             comm_sms=comm_sms,
+            path=path,
         )
     step = _step_ops(model, t_all, t_lm, grid.tp)
     mtp: list[OpWork] = []

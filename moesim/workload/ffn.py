@@ -5,6 +5,8 @@ and a shared-expert copy; tokens reach their top-k experts through all-to-all.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
@@ -15,6 +17,7 @@ from moesim.workload.comm import DEEPEP_NORMAL_SMS, a2a_message_bytes, a2a_netwo
 from moesim.workload.ops import (
     OpWork,
     act_elem_bytes,
+    allgather,
     allreduce,
     elementwise,
     gemm,
@@ -154,8 +157,14 @@ def moe_ops(
     comm: CommMode,
     prefill: bool,
     comm_sms=None,
+    path=None,
 ) -> list[OpWork]:
+    """One MoE layer's ops on one rank. `path`: the MoE communication path per configuration
+    (moesim.specs.engine.PATHS index: 0 tp, 1 a2a, 2 allgather, 3 allreduce; what the engine runs,
+    `EngineModel.moe_paths`); None: the all-to-all wherever ep > 1."""
     m, d, p = model.moe, model.hidden_size, model.precision
+    path = np.where(np.asarray(ep) > 1, 1, 0) if path is None else np.asarray(path)
+    a2a, gather, reduce = ((path == i).astype(float) for i in (1, 2, 3))
     ab, blk = p.activation_dtype.bytes, p.weight_block
     k = m.top_k
     ops = [
@@ -176,15 +185,28 @@ def moe_ops(
                 ep=ep,
                 slots=slots,
                 stage=stage,
-                present=has_ep,
+                present=has_ep * a2a,
                 moe_tp=moe_tp,
                 comm_sms=comm_sms,
             )
         )
-    # --- shared expert (stage 3): one copy per EP rank, tokens t*moe_tp/tp, sharded by moe_tp
+    # --- without an all-to-all (issue 27): the DP ranks' tokens all-gathered to every rank of the MoE
+    # group before the experts (FP8 + scales, the dispatch message) and the expert outputs
+    # reduce-scattered back (BF16); with attention TP only, every rank already holds the batch and the
+    # output is all-reduced (vLLM allgather_reducescatter / FusedMoE all-reduce; TRT-LLM CUTLASS MoE;
+    # SGLang dp_gather / FusedMoE: moesim/specs/engines/*.yaml execution.without_a2a_*)
+    gpus = tp * dp
+    ops.append(allgather("moe_all_gather", t * dp * a2a_message_bytes("dispatch", d, p), gpus, 3, present=gather))
+    ops.append(allgather("moe_reduce_scatter", t * dp * a2a_message_bytes("combine", d, p), gpus, 4, present=gather))
+    ar = allreduce("moe_ep_allreduce", t, d, gpus, 4)
+    ops.append(replace(ar, present=np.asarray(ar.present, float) * reduce))
+    # --- shared expert (stage 3): with the all-to-all (or no EP) one copy per EP rank on its tokens
+    # t*moe_tp/tp, sharded by moe_tp; without it, sharded like attention (TP) over the DP group's tokens
+    # (TRT-LLM modeling_deepseekv3.py: shared_tp_size = 1 with attention DP, else tp_size)
     if m.shared_width:
-        ms = t * moe_tp / tp
-        ws = m.shared_width / moe_tp
+        own = (path <= 1).astype(float)
+        ms = own * t * moe_tp / tp + (1.0 - own) * t
+        ws = own * m.shared_width / moe_tp + (1.0 - own) * m.shared_width / tp
         ops += [
             quant_pass("shared_quant", ms, d, a_bytes=ab, block=blk, stage=3, tags={Tag.ACT_QUANT}),
             gemm("shared_gate_up", ms, 2 * ws, d, **linear_kw(p), stage=3),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.enums import Dtype, OpKind, Stream
-from moesim.workload.comm import ring_allreduce_bytes
+from moesim.workload.comm import ring_allgather_bytes, ring_allreduce_bytes
 
 
 @dataclass
@@ -194,6 +194,25 @@ def permute_bytes(pairs, hidden, a_elem: float):
     The masked (DeepEP LL) and fused (Triton) layouts index rows in place: no permute."""
     rows = np.asarray(pairs, float) * np.asarray(hidden, float)
     return rows * (2.0 * a_elem + 2.0 * 2.0)
+
+
+def allgather(name, total_bytes, group, stage, present=1.0) -> OpWork:
+    """Ring all-gather of `total_bytes` (the gathered output) over `group` ranks. A reduce-scatter of
+    the same output is priced by it too: NCCL runs both as n - 1 ring steps moving (n-1)/n of the
+    message per rank (ring.cc; NCCL's tuning model prices them alike)."""
+    group = np.asarray(group, float)
+    return OpWork(
+        name=name,
+        kind=OpKind.COLLECTIVE,
+        dtype=Dtype.BF16,
+        stage=stage,
+        stream=Stream.COMM,
+        net_bytes_nvlink=ring_allgather_bytes(group, total_bytes),
+        group=group,
+        comm_op="all_gather",
+        shape={"bytes": total_bytes, "gpus": group},
+        present=(group > 1).astype(float) * present,
+    )
 
 
 def allreduce(name, tokens, hidden, group, stage) -> OpWork:

@@ -1,4 +1,4 @@
-"""Serving-engine profiles (moesim/simulate/engines/*.yaml, issue 26): every shipped profile loads, every
+"""Serving-engine profiles (moesim/specs/engines/*.yaml, issue 26): every shipped profile loads, every
 value names its source, bad files fail as one SpecError line naming the field, and the values agree with
 the constants moesim's steady-state scheduler already uses (moesim/engine/scheduler.py)."""
 

@@ -37,7 +37,8 @@ def test_cli_estimate_carries_the_note_in_json():
 
 
 def test_whatif_hidden_by_the_overlap_names_the_ops_it_moved():
-    kw = {"model": "deepseek-v3", "hardware": "h100_sxm", "ep": 16, "tp": 2, "batch": 64, "comm": "nccl"}
+    kw = {"model": "deepseek-v3", "hardware": "h100_sxm", "ep": 16, "tp": 2, "batch": 64, "comm": "deepep-ll",
+          "overlap": "five-stage"}  # fmt: skip
     kw["set"] = ["hardware.rdma_bw_GBps=100"]  # 2x the NIC: the all-to-alls shrink, still under compute
     (note,) = inert_whatif_notes(estimate, kw, estimate(**kw))
     assert "moved dispatch, combine but not the step" in note
