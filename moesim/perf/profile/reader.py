@@ -46,7 +46,7 @@ from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance, fit_status
-from moesim.perf.profile.variants import _measured_nominal, pick_variant
+from moesim.perf.profile.variants import _measured_nominal, fused_variant, pick_variant
 from moesim.perf.profile.work import entry_keys, kernel_work, model_sides, peak_flops
 from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
@@ -281,25 +281,8 @@ class Profile:
             return 1.0
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
 
-    def fused_moe(self, dtype) -> dict | None:
-        """The `moe` variant that prices a layer's routed experts as ONE fused call (moesim.perf.fused_moe),
-        or None. Where every variant of the entry is layout "fused", the engine's own MoE tables time one
-        fused call per layer, which is what the engine runs: TRT-LLM's CutlassFusedMoE / DeepGemmFusedMoE
-        (tensorrt_llm/_torch/modules/fused_moe: torch.ops.trtllm.fused_moe runs expandInputRowsKernel
-        (permute + FP8 quant), both grouped GEMMs, the SwiGLU + requant and finalizeMoeRouting in one op;
-        aiconfigurator collector/trtllm/collect_moe.py times that op), vLLM's fused_experts / FlashInfer
-        cutlass_fused_moe. A masked / contiguous variant (SGLang's DeepEP layouts) marks an engine that
-        runs the grouped GEMMs and the activation as separate kernels: priced op by op (None)."""
-        e = self.kernels.get("moe")
-        if not e or e.get("model") != S.WAVES:
-            return None
-        variants = e.get("variants") or [e]
-        if any((v.get("layout") or "fused") != "fused" for v in variants):
-            return None
-        d = str(getattr(dtype, "value", dtype) or "").lower()
-        v = pick_variant(e, d, "fused")
-        base = {"fp8_block": "fp8", "bfloat16": "bf16"}
-        return v if base.get(str(v.get("dtype")), v.get("dtype")) == base.get(d, d) else None
+    def fused_moe(self, dtype) -> dict | None:  # the variant pricing routed experts as one call (fused_variant)
+        return fused_variant(self.kernels.get("moe"), dtype)
 
     def gemm_act_quant(self, dtype: str = "fp8_block") -> dict | None:
         """The input-quant model subtracted from the `dtype` GEMM variant's linear-op rows (fit.act_quant), or None."""
