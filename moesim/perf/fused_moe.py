@@ -31,7 +31,7 @@ import dataclasses
 
 import numpy as np
 
-from moesim.enums import CostMode, OpKind, Stream, Tag
+from moesim.enums import BoundCode, CostMode, OpKind, Stream, Tag
 from moesim.perf.profile.work import kernel_work
 from moesim.workload.ops import OpWork
 
@@ -146,8 +146,16 @@ def price_call(cm, op: OpWork):
     c = cm.kernel(work)
     present = np.asarray(op.present, float)
     ones = np.ones(np.shape(c.time_s))
+    # the fit's sides of a two-GEMM call are both its whole time (work.parts_sides): its bound is its work's
+    roof_c, roof_m = F / cm.hw.peak_flops(op.dtype), (b_in + b_out) / cm.hw.hbm_bw_Bps
+    work_bound = np.where(roof_c >= roof_m, BoundCode.COMPUTE, BoundCode.MEMORY)
+    bound = np.where(c.bound == BoundCode.LATENCY, BoundCode.LATENCY, work_bound)
+    bound = np.broadcast_to(bound, np.shape(c.time_s)).astype(np.asarray(c.bound).dtype)
     return dataclasses.replace(
-        c, flops=np.asarray(op.flops, float) * present * ones, bytes=np.asarray(op.bytes_total, float) * present * ones
+        c,
+        flops=np.asarray(op.flops, float) * present * ones,
+        bytes=np.asarray(op.bytes_total, float) * present * ones,
+        bound=bound,
     )
 
 
