@@ -17,6 +17,8 @@ import numpy as np
 from moesim.enums import BoundCode, CostMode, OpKind, Provenance, Stream, Tag
 from moesim.perf import efficiency as E
 from moesim.perf.collectives import a2a_wire_s, collective_terms, inter_node_allreduce_terms
+from moesim.perf.fused_moe import MOE_FAMILY as FUSED_FAMILY
+from moesim.perf.fused_moe import fuse_routed, fused_call, price_call
 from moesim.perf.smscale import at_fitted_sms, bounded, fitted_sms
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
@@ -117,7 +119,7 @@ class CostModel:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
             kshape = op.shape
-            if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags:
+            if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags and fam != FUSED_FAMILY:
                 # routed token counts per expert are random: each group's last M tile is partly empty
                 # but computed whole (the efficiencies were fitted on tile-aligned shapes)
                 pad = E.routed_tile_padding(kshape["m"])
@@ -275,9 +277,14 @@ class CostModel:
         )
 
     def cost(self, op: OpWork) -> OpCost:
-        c = self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+        if fused_call(self, op):  # one fused MoE call (moesim.perf.fused_moe): on the kernel's own work
+            c = price_call(self, op)
+        else:
+            c = self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
         c.tags = op.tags
         return c
 
     def costs(self, ops: list[OpWork]) -> list[OpCost]:
-        return [self.cost(o) for o in ops]
+        """Each op's cost; a run of routed-expert ops as one fused MoE call where the profile's engine
+        runs one (moesim.perf.fused_moe)."""
+        return fuse_routed(self, ops, [self.cost(o) for o in ops])

@@ -46,7 +46,7 @@ from moesim.perf.profile import measured as M
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance, fit_status
-from moesim.perf.profile.variants import _measured_nominal, pick_variant
+from moesim.perf.profile.variants import _measured_nominal, fused_variant, pick_variant
 from moesim.perf.profile.work import entry_keys, kernel_work, model_sides, peak_flops
 from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
@@ -280,6 +280,9 @@ class Profile:
         if not block:
             return 1.0
         return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
+
+    def fused_moe(self, dtype) -> dict | None:  # the variant pricing routed experts as one call (fused_variant)
+        return fused_variant(self.kernels.get("moe"), dtype)
 
     def gemm_act_quant(self, dtype: str = "fp8_block") -> dict | None:
         """The input-quant model subtracted from the `dtype` GEMM variant's linear-op rows (fit.act_quant), or None."""

@@ -25,6 +25,25 @@ def pick_variant(e: dict, dtype: str, layout=None) -> dict:
     return e
 
 
+def fused_variant(e: dict | None, dtype) -> dict | None:
+    """The variant of a `moe` entry that prices a layer's routed experts as ONE fused call
+    (moesim.perf.fused_moe), or None. Where every variant is layout "fused", the engine's own MoE
+    tables time one fused call per layer, which is what the engine runs: TRT-LLM's CutlassFusedMoE /
+    DeepGemmFusedMoE (tensorrt_llm/_torch/modules/fused_moe: torch.ops.trtllm.fused_moe runs
+    expandInputRowsKernel (permute + FP8 quant), both grouped GEMMs, the SwiGLU + requant and
+    finalizeMoeRouting in one op; aiconfigurator collector/trtllm/collect_moe.py times that op), vLLM's
+    fused_experts / FlashInfer cutlass_fused_moe. A masked / contiguous variant (SGLang's DeepEP
+    layouts) marks an engine running the grouped GEMMs and the activation as separate kernels: priced
+    op by op (None). None too where no variant has the priced dtype."""
+    if not e or e.get("model") != S.WAVES:
+        return None
+    if any((v.get("layout") or "fused") != "fused" for v in e.get("variants") or [e]):
+        return None
+    d = str(getattr(dtype, "value", dtype) or "").lower()
+    v = pick_variant(e, d, "fused")
+    return v if _base_dtype(v.get("dtype")) == _base_dtype(d) else None
+
+
 def _measured_nominal(entry: dict, data: dict) -> dict:
     """{"rdma": Bps, "nvlink": Bps}: nominal links of the GPU an entry's rows were measured on."""
     nom = entry.get("nominal")

@@ -108,7 +108,9 @@ def moe_rows(shape: dict):
     expectation) min(E_local, pairs), or, on rows with n_group > 1, the rank-0 loads of a
     group-limited router on the collector's logits (grouped_router); routing = "rank0_clamped":
     the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows); routing = "packed":
-    even counts packed without per-expert alignment (packed_touched)."""
+    even counts packed without per-expert alignment (packed_touched). Shape key `active` (a priced
+    workload's touched local experts, the workload's expected_active_slots of its own routing; never
+    set by the fit) replaces the routing's count, capped at the local experts."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
@@ -129,6 +131,8 @@ def moe_rows(shape: dict):
             pairs, touched = np.where(_rank0(shape), computed, pairs), np.where(_rank0(shape), hot_touched, touched)
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
+    if shape.get("active") is not None:  # the priced op's own touched experts (moesim.perf.fused_moe)
+        touched = np.minimum(np.asarray(shape["active"], float), local)
     return pairs, np.maximum(touched, 1e-9), local
 
 
