@@ -68,12 +68,18 @@ class Problem:
 
 
 def pinned_versions() -> dict[str, str]:
-    """The engine versions the launch commands are checked against.
+    """The engine versions the launch commands are checked against: the engine model's pins
+    (moesim/specs/engines/*.yaml pin.release / pin.router_release). TRT-LLM names the schema file
+    tests/data/engines/trtllm-<version>.json (its wheel is not on PyPI)."""
+    from moesim.specs.engine import load_engine_model
 
-    TODO(lead): switch to the engine model's pins (moesim/simulate/engines/*.yaml) once they carry
-    these versions. sglang-router 0.3.2 and vllm-router 0.1.17 are the current PyPI releases; the
-    TRT-LLM entry names the schema file tests/data/engines/trtllm-<version>.json."""
-    return {"sglang": "0.5.23", "sglang-router": "0.3.2", "vllm": "0.34.0", "vllm-router": "0.1.17", "trtllm": "1.2.1"}
+    out = {}
+    for eng in ("sglang", "vllm", "trtllm"):
+        m = load_engine_model(eng)
+        out[eng] = m.release
+        if m.router_dist != m.dist:
+            out[m.router_dist] = m.router_release
+    return out
 
 
 # ---------------------------------------------------------------- wheels

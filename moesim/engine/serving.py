@@ -34,6 +34,7 @@ from moesim.errors import ConfigError, is_positive_number
 from moesim.grid.core import Grid, replace
 from moesim.metrics.memory import memory
 from moesim.schedule.schemes import micro_batches, overlap_choices
+from moesim.specs.engine import load_engine_model
 
 ROUNDS = 3  # pricings of (decode batch, prefill tokens per pass): the first at the batch given
 
@@ -82,15 +83,16 @@ def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, kw):
     g = replace(grid, batch=batch)
     T, mean = chunk
     dec, n1 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, **kw)
+    # the all-to-all mode of a pass carrying prefill tokens on an aggregated server (SGLang: deepep auto
+    # -> normal; the fused engines: one backend for every pass): moesim.specs.engine EngineModel.requested
+    em = load_engine_model(kw.get("engine", DEFAULT_ENGINE))
+    pkw = dict(kw, comm=em.requested(kw.get("comm") or default_comm(Phase.DECODE), Phase.PREFILL, aggregated=True))
     if S.fused(kw.get("engine", DEFAULT_ENGINE)) or np.any(lockstep > 1):
-        pkw = dict(kw)
-        if not S.fused(kw.get("engine", DEFAULT_ENGINE)) and kw.get("comm") is None:
-            pkw["comm"] = default_comm(Phase.PREFILL)
         ch = (T, np.full(g.size, isl), mean)
         pas, n2 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, chunk=ch, **pkw)
     else:
         pas, n2 = evaluate_grid(model, hw, prefill_grid(g, T, isl), phase=Phase.PREFILL,
-                                overlap=prefill_overlap(overlap), **kw)  # fmt: skip
+                                overlap=prefill_overlap(overlap), **pkw)  # fmt: skip
     return dec, pas, list(dict.fromkeys(n1 + n2))
 
 

@@ -343,12 +343,10 @@ def _router(em: EngineModel, urls: dict) -> list[str]:
         # a heredoc, unquoted: the shell fills in the $..._IP addresses
         return ["cat > disagg_config.yaml <<EOF", json.dumps(cfg, indent=1), "EOF",
                 f"{em.launch['router']} -c disagg_config.yaml"]  # fmt: skip
-    return [  # vLLM ships no PD router: the proxy is the user's (its repository's example or a gateway)
-        f"# vllm: {em.label} ships no PD proxy; run one that sends each request to a prefill server "
-        f"(max_tokens 1) and then to a decode server with the KV connector's handle, e.g. the repository's "
-        f"examples/online_serving/disaggregated_serving proxy: prefill {' '.join(urls['prefill'])}; "
-        f"decode {' '.join(urls['decode'])}; listen on port {port}"
-    ]
+    # vllm-router (the vllm-project PD router): --vllm-pd-disaggregation over the NIXL connector
+    a = [em.launch["router"], "--vllm-pd-disaggregation"]
+    a += [f"--prefill http://{u}" for u in urls["prefill"]] + [f"--decode http://{u}" for u in urls["decode"]]
+    return [" ".join(a + ["--kv-connector nixl", f"--host {ANY_HOST}", f"--port {port}"])]
 
 
 def launch_text(configs: list[tuple[str, dict, str | None]], gpus_per_node: int = 8, engine: str = "sglang",

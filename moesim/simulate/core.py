@@ -28,6 +28,7 @@ from moesim.simulate.instance import Instance
 from moesim.simulate.requests import RequestLog, TimeSeries, Workload
 from moesim.simulate.rules import Rules, rules_for
 from moesim.simulate.state import Reqs
+from moesim.specs.engine import load_engine_model
 
 LAYOUT_KEYS = ("tp", "dp", "ep", "moe_tp", "redundant_experts", "overlap", "comm")
 
@@ -136,7 +137,13 @@ def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, 
     max_ctx = float(np.max(isl + osl)) + 1.0
     # SGLang's DeepEP auto mode runs normal-mode all-to-all in a pass in which any rank extends
     # (moesim.engine.serving._price does the same); the fused engines keep the deployment's
-    fused_comm = default_comm(Phase.PREFILL) if not rules.fused and layout.get("comm") is None else None
+    # (moesim.specs.engine EngineModel.requested: what an aggregated server's prefill-carrying pass runs)
+    fused_comm = None
+    if role == "both":
+        em = load_engine_model(name)
+        fused_comm = em.requested(layout.get("comm") or default_comm(Phase.DECODE), Phase.PREFILL, aggregated=True)
+    elif role == "prefill" and layout.get("comm") is None:
+        fused_comm = default_comm(Phase.PREFILL)
     surf = S.build(dep, max_batch=rules.max_running, max_context=max_ctx, budget_tokens=rules.chunk_tokens,
                    prefill=not rules.fused or role == "prefill", fused=rules.fused or dp > 1,
                    graph_max_bs=rules.graph_max_bs, prefill_eager=rules.prefill_eager,

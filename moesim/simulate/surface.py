@@ -234,7 +234,8 @@ def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
         gp = _rows(dep, batch=T.ravel(), context=L.ravel())
         gp = replace(gp, mtp=np.zeros(gp.size))
         s.prefill_axes = [toks, lens]
-        s.prefill_table = _eval(dep, gp, Phase.PREFILL, cuda_graphs=not prefill_eager).reshape(T.shape)
+        extra = {} if fused_comm is None else {"comm": fused_comm}
+        s.prefill_table = _eval(dep, gp, Phase.PREFILL, cuda_graphs=not prefill_eager, **extra).reshape(T.shape)
         count += gp.size
     if fused:
         bk = np.unique(np.concatenate([[1.0], geometric_knots(1.0, max_batch, 8)]))

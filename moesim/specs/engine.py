@@ -44,7 +44,8 @@ class EngineModel:
     engine: Engine
     release: str  # the pinned release (PyPI version)
     dist: str  # PyPI distribution of the server
-    router_dist: str  # the PD router's distribution ("" = none shipped)
+    router_dist: str  # the PD router's distribution
+    router_release: str  # its pinned release
     a2a_backends: dict  # moesim comm value -> the engine's backend selector (text)
     a2a_needs_attention_dp: bool
     a2a_needs_mnnvl: bool
@@ -65,6 +66,10 @@ class EngineModel:
     def label(self) -> str:
         """``sglang 0.5.23``: what outputs print next to a launch command and a priced engine."""
         return f"{self.engine.value} {self.release}"
+
+    def pins(self) -> dict:
+        """PyPI distribution -> pinned release of the server and its PD router."""
+        return {self.dist: self.release, self.router_dist: self.router_release}
 
     def source(self, key: str) -> str:
         return self.sources.get(key, "")
@@ -168,7 +173,7 @@ def _parse(path: Path) -> EngineModel:
     raw, file = read_mapping(path), str(path)
     eng = Engine.parse(raw.get("engine"), f"{file}: engine")
     pin, ex, la = (_section(file, raw, n) for n in ("pin", "execution", "launch"))
-    _check_keys(file, "pin", pin, ("dist", "release", "router_dist"))
+    _check_keys(file, "pin", pin, ("dist", "release", "router_dist", "router_release"))
     _check_keys(file, "execution", ex, _EXEC_KEYS)
     _check_keys(file, "launch", la, _LAUNCH_KEYS)
     sources: dict = {}
@@ -208,6 +213,7 @@ def _parse(path: Path) -> EngineModel:
         release=_text(file, "pin.release", src("pin.release", pin["release"])),
         dist=_text(file, "pin.dist", src("pin.dist", pin["dist"])),
         router_dist=_text(file, "pin.router_dist", src("pin.router_dist", pin["router_dist"])),
+        router_release=_text(file, "pin.router_release", src("pin.router_release", pin["router_release"])),
         a2a_backends=backends,
         a2a_needs_attention_dp=_bool(
             file, "execution.a2a_needs_attention_dp", src("a2a_dp", ex["a2a_needs_attention_dp"])

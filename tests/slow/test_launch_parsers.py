@@ -18,7 +18,9 @@ from moesim.report.launch import launch_text  # noqa: E402
 pytestmark = pytest.mark.slow
 
 ENGINES = ("sglang", "vllm", "trtllm")
-HW_GPN = {"H100": 8, "H200": 8, "H800": 8, "B200": 8}  # gpus_per_node of every catalog node here
+# the commands depend on the hardware only through its node size and NVLink domain: H100 / H200 / H800 /
+# B200 servers are 8-GPU nodes (one text), GB200 NVL72 4-GPU nodes in a 72-GPU NVLink domain (MNNVL)
+NODES = {"H100/H200/H800/B200": (8, False), "GB200 NVL72": (4, True)}
 
 
 def _cases() -> list[tuple[str, dict, str | None]]:
@@ -42,11 +44,19 @@ def _cases() -> list[tuple[str, dict, str | None]]:
                 cfg["chunk_tokens"] = 8192
             cases.append((f"ep{ep_} {comm} {overlap}", cfg, role))
     cases.append(("tp8 dp2 moe_tp", dict(tp=8, dp=2, ep=8, moe_tp=2, gpus=16, batch=64, comm="deepep-ll"), "decode"))
+    # whole PD deployments: every instance, the router over them, MTP on both sides
+    pre = dict(tp=1, dp=8, ep=8, gpus=8, batch=16384, phase="prefill", comm="deepep-normal", chunk_tokens=8192)
+    for ep_, mtp, inst in ((8, 0, (2, 1)), (16, 2, (1, 2)), (32, 1, (3, 1)), (144, 1, (1, 1))):
+        dec = dict(tp=1, dp=ep_, ep=ep_, gpus=ep_, batch=64, mtp=mtp, comm="deepep-ll", overlap="two-batch",
+                   redundant=32 if ep_ == 144 else 0)  # fmt: skip
+        pd = {"prefill": pre, "decode": dec, "prefill_instances": inst[0], "decode_instances": inst[1]}
+        cases.append((f"PD {inst[0]}P x EP8 + {inst[1]}D x EP{ep_} mtp{mtp}", pd, "pd"))
     return cases
 
 
-def _text(hw: str) -> str:
-    return launch_text(_cases(), gpus_per_node=HW_GPN[hw], engines=ENGINES)
+def _engine_text(engine: str, gpn: int = 8, mnnvl: bool = False) -> str:
+    cases = [(t, {**c, "experts": 256}, r) for t, c, r in _cases()]
+    return launch_text(cases, gpus_per_node=gpn, engine=engine, mnnvl=mnnvl)
 
 
 def _check(text: str) -> list[ep.Problem]:
@@ -56,93 +66,99 @@ def _check(text: str) -> list[ep.Problem]:
         pytest.skip(e.reason)
 
 
+@pytest.fixture(scope="module")
+def generated() -> dict:
+    """(engine, node kind) -> the problems of every command moesim prints (one parser run per engine)."""
+    return {(e, k): _check(_engine_text(e, *v)) for e in ENGINES for k, v in NODES.items()}
+
+
 def test_enough_cases():
     assert len(_cases()) >= 30
+    assert {r for _, _, r in _cases()} == {None, "prefill", "decode", "pd"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_generated_commands_parse(engine):
+@pytest.mark.parametrize("nodes", sorted(NODES))
+def test_generated_commands_parse(generated, engine, nodes):
     """Every command moesim prints for the engine parses with the engine's own parser."""
-    text = launch_text(_cases(), gpus_per_node=8, engines=(engine,))
-    problems = [p for p in _check(text) if p.kind != "deprecated"]
+    problems = [p for p in generated[engine, nodes] if p.kind != "deprecated"]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(map(str, problems[:20]))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_generated_commands_not_deprecated(engine):
-    text = launch_text(_cases(), gpus_per_node=8, engines=(engine,))
-    problems = [p for p in _check(text) if p.kind == "deprecated"]
+def test_generated_commands_not_deprecated(generated, engine):
+    problems = [p for k, ps in generated.items() if k[0] == engine for p in ps if p.kind == "deprecated"]
     assert not problems, "\n".join(sorted({p.message for p in problems}))
-
-
-@pytest.mark.parametrize("hw", sorted(HW_GPN))
-def test_hardware_variants_parse(hw):
-    assert not [p for p in _check(_text(hw)) if p.kind != "deprecated"]
 
 
 # ---- the check can fail: known-bad lines are reported
 
 
-@pytest.mark.parametrize(
-    "text, engine, kind, needle",
-    [
-        (
-            "python -m sglang.launch_server --model-path m --tp-size 8 --cuda-graph-max-bs 64",
-            "sglang",
-            "parse",
-            "ambiguous option: --cuda-graph-max-bs",
-        ),
-        ("python -m sglang.launch_server --model-path m --moe-a2a-backend nope", "sglang", "parse", "invalid choice"),
-        (
-            "python -m sglang.launch_server --model-path m --dp-size 2 --enable-dp-attention",
-            "sglang",
-            "deprecated",
-            "--attn-dp-size",
-        ),
-        (
-            "vllm serve m --tensor-parallel-size 8 --no-such-flag 1",
-            "vllm",
-            "parse",
-            "unrecognized arguments: --no-such-flag",
-        ),
-        ("vllm serve m --all2all-backend nope", "vllm", "parse", "invalid choice"),
-        (
-            "python -m sglang_router.launch_router --pd-disaggregation --prefill http://p:30000 --policy nope",
-            "sglang-router",
-            "parse",
-            "invalid choice",
-        ),
-        (
-            "vllm-router --vllm-pd-disaggregation --decode http://d:8000",
-            "vllm-router",
-            "semantic",
-            "requires --prefill",
-        ),
-        (
-            'echo \'{"moe_config":{"backend":"DEEPEP"}}\' > x.yaml\ntrtllm-serve m --extra_llm_api_options x.yaml',
-            "trtllm",
-            "schema",
-            "'DEEPEP' not one of",
-        ),
-        (
-            'echo \'{"moe_config":{"bakend":"WIDEEP"}}\' > x.yaml\ntrtllm-serve m --config x.yaml',
-            "trtllm",
-            "schema",
-            "bakend: unknown field",
-        ),
-        ("trtllm-serve m --tp 8", "trtllm", "parse", "No such option: --tp"),
-        (
-            "cat > d.yaml <<'EOF'\nhostname: localhost\nport: 8000\nctx_servers: {}\nEOF\ntrtllm-serve disaggregated -c d.yaml",
-            "trtllm",
-            "schema",
-            "ctx_servers: unknown field",
-        ),
-        ("frobnicate --x", "shell", "unknown-command", "no checker"),
-    ],
-)
-def test_bad_lines_are_reported(text, engine, kind, needle):
-    problems = _check(text)
-    assert any(p.engine == engine and p.kind == kind and needle in p.message for p in problems), problems
+BAD = [
+    (
+        "python -m sglang.launch_server --model-path m --tp-size 8 --cuda-graph-max-bs 64",
+        "sglang",
+        "parse",
+        "ambiguous option: --cuda-graph-max-bs",
+    ),
+    ("python -m sglang.launch_server --model-path m --moe-a2a-backend nope", "sglang", "parse", "invalid choice"),
+    (
+        "python -m sglang.launch_server --model-path m --dp-size 2 --enable-dp-attention",
+        "sglang",
+        "deprecated",
+        "--attn-dp-size",
+    ),
+    (
+        "vllm serve m --tensor-parallel-size 8 --no-such-flag 1",
+        "vllm",
+        "parse",
+        "unrecognized arguments: --no-such-flag",
+    ),
+    ("vllm serve m --all2all-backend nope", "vllm", "parse", "invalid choice"),
+    (
+        "python -m sglang_router.launch_router --pd-disaggregation --prefill http://p:30000 --policy nope",
+        "sglang-router",
+        "parse",
+        "invalid choice",
+    ),
+    (
+        "vllm-router --vllm-pd-disaggregation --decode http://d:8000",
+        "vllm-router",
+        "semantic",
+        "requires --prefill",
+    ),
+    (
+        'echo \'{"moe_config":{"backend":"DEEPEP"}}\' > x.yaml\ntrtllm-serve m --extra_llm_api_options x.yaml',
+        "trtllm",
+        "schema",
+        "'DEEPEP' not one of",
+    ),
+    (
+        'echo \'{"moe_config":{"bakend":"WIDEEP"}}\' > y.yaml\ntrtllm-serve m --config y.yaml',
+        "trtllm",
+        "schema",
+        "bakend: unknown field",
+    ),
+    ("trtllm-serve m --tp 8", "trtllm", "parse", "No such option: --tp"),
+    (
+        "cat > d.yaml <<'EOF'\nhostname: localhost\nport: 8000\nctx_servers: {}\nEOF\ntrtllm-serve disaggregated -c d.yaml",
+        "trtllm",
+        "schema",
+        "ctx_servers: unknown field",
+    ),
+    ("frobnicate --x", "shell", "unknown-command", "no checker"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_problems() -> list:
+    """Every known-bad line checked in one run per engine (each needle names its own line's fault)."""
+    return _check("\n".join(t for t, *_ in BAD))
+
+
+@pytest.mark.parametrize("text, engine, kind, needle", BAD)
+def test_bad_lines_are_reported(bad_problems, text, engine, kind, needle):
+    assert any(p.engine == engine and p.kind == kind and needle in p.message for p in bad_problems), bad_problems
 
 
 def test_good_lines_pass():
