@@ -15,6 +15,7 @@ from moesim.grid.layout import resolve_parallel
 from moesim.grid.validity import require_valid
 from moesim.perf.cost import CostModel
 from moesim.schedule.schemes import SCHEMES, layer_period, slot_label, slot_time
+from moesim.specs.engine import load_engine_model
 
 
 def layer_timeline(
@@ -63,10 +64,14 @@ def layer_timeline(
     comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
     prof, notes = load_profile_for(h, cost_mode, engine=engine)
     imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
-    wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches)
+    em = load_engine_model(engine)  # the MoE path the engine runs (moesim.specs.engine), as evaluate prices it
+    comm = em.requested(comm, phase)
+    path = em.moe_paths(comm, dp=grid.dp, ep=grid.ep, mnnvl=h.domain_gpus > h.gpus_per_node)
+    f = factors_for(imb, scheme.micro_batches) if imb else {}
+    wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches, path=path, load=f.get("experts"))
     costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
     if imb:
-        costs = apply_factors(costs, factors_for(imb, scheme.micro_batches))
+        costs = apply_factors(costs, f, routed_in_work=True)
     trace: list = []
     period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
     title = (

@@ -139,18 +139,27 @@ def factors_for(imb, ub):
     return out
 
 
-def apply_factors(costs, imb):
-    """Scale the slowest rank's op costs: routed experts and their all-to-alls by the expert load
-    factor, the attention core by the DP-attention factor."""
+def apply_factors(costs, imb, routed_in_work: bool = False):
+    """Scale the slowest rank's op costs: its all-to-alls' wire time by the expert load factor (the
+    latency part does not grow with the bytes), routed experts by it (unless ``routed_in_work``: the
+    workload already built them on the slowest rank's pairs, `moesim.workload.build(load=...)`), the
+    attention core by the DP-attention factor."""
     if not imb:
         return costs
     out = []
     for c in costs:
         f = op_factor(c.tags, imb)
+        if Tag.ROUTED in c.tags and routed_in_work:
+            f = 1.0
         if np.any(np.asarray(f) != 1.0):
-            c = dataclasses.replace(
-                c, time_s=c.time_s * f, compute_s=c.compute_s * f, memory_s=c.memory_s * f, network_s=c.network_s * f
-            )
+            if Tag.A2A in c.tags:  # alpha + wire: only the wire carries the extra tokens
+                extra = c.network_s * (np.asarray(f) - 1.0)
+                c = dataclasses.replace(c, time_s=c.time_s + extra, network_s=c.network_s + extra)
+            else:
+                c = dataclasses.replace(
+                    c, time_s=c.time_s * f, compute_s=c.compute_s * f, memory_s=c.memory_s * f,
+                    network_s=c.network_s * f,
+                )  # fmt: skip
         out.append(c)
     return out
 

@@ -77,9 +77,11 @@ class _Pricer:
 
     def _groups(self, grid, ub, factors):
         path = None if self.path is None else self.path[self._rows_of(grid)]
+        load = factors.get("experts") if factors else None  # the slowest EP rank's routed work
+        load = None if load is None else np.broadcast_to(load, (grid.size,))
         wl = W.build(self.model, self.hw, grid, self.phase, self.comm, micro_batches=ub, comm_sms=self.comm_sms,
-                     chunk=self.chunk, path=path)  # fmt: skip
-        return wl, {name: apply_factors(self.cm.costs(getattr(wl, name)), factors) for name in GROUPS}
+                     chunk=self.chunk, path=path, load=load)  # fmt: skip
+        return wl, {name: apply_factors(self.cm.costs(getattr(wl, name)), factors, True) for name in GROUPS}
 
     def _rows_of(self, grid):
         """Indices of `grid`'s rows in the full grid (all of them, or the context-free representatives)."""

@@ -51,6 +51,7 @@ def build(
     comm_sms=None,
     chunk=None,
     path=None,
+    load=None,
 ) -> Workload:
     """`comm_sms`: SMs given to DeepEP's normal kernels (None: DeepEP's default, 20). `chunk`:
     (prefill tokens per DP group, prompt length[, prefill tokens per DP group through the experts])
@@ -59,7 +60,8 @@ def build(
     (weights read once) and whose attention is per request (`attention_ops`). The third item, when
     the DP ranks carry unequal chunks (only some prefill in a lock-step pass), is the mean over
     the ranks: the experts see the mean, the slowest rank's attention the first item. `path`: the MoE
-    communication path per configuration the engine runs (moesim.specs.engine; None: all-to-all)."""
+    communication path per configuration the engine runs (moesim.specs.engine; None: all-to-all). `load`:
+    the slowest EP rank's routed load factor (its routed experts are built on that rank's work)."""
     phase = Phase(phase)
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
@@ -92,6 +94,7 @@ def build(
             prefill=prefill,
             comm_sms=comm_sms,
             path=path,
+            load=load,
         )
     step = _step_ops(model, t_all, t_lm, grid.tp)
     mtp: list[OpWork] = []

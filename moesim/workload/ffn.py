@@ -158,10 +158,14 @@ def moe_ops(
     prefill: bool,
     comm_sms=None,
     path=None,
+    load=None,
 ) -> list[OpWork]:
     """One MoE layer's ops on one rank. `path`: the MoE communication path per configuration
     (moesim.specs.engine.PATHS index: 0 tp, 1 a2a, 2 allgather, 3 allreduce; what the engine runs,
-    `EngineModel.moe_paths`); None: the all-to-all wherever ep > 1."""
+    `EngineModel.moe_paths`); None: the all-to-all wherever ep > 1. `load`: the slowest EP rank's
+    routed load over the mean (moesim.balance.factors; None: 1): its routed experts run on load x the
+    mean token-expert pairs and the experts those touch (the rank is priced on its own work, so a
+    fixed cost of the kernels does not scale with the imbalance)."""
     m, d, p = model.moe, model.hidden_size, model.precision
     path = np.where(np.asarray(ep) > 1, 1, 0) if path is None else np.asarray(path)
     a2a, gather, reduce = ((path == i).astype(float) for i in (1, 2, 3))
@@ -216,8 +220,10 @@ def moe_ops(
         ]
     # --- routed experts (stage 4): grouped GEMM over the slots on this rank
     spr = slots / ep
-    pairs = t * dp * k / ep  # token-expert pairs landing on one EP rank (uniform routing)
-    active = expected_active_slots(spr, slots, k, t * dp)
+    lf = 1.0 if load is None else np.asarray(load, float)
+    pairs = t * dp * k / ep * lf  # token-expert pairs landing on the slowest EP rank (uniform routing x load)
+    # the experts it touches: a mean rank's under load x the tokens (the same draw, scaled)
+    active = expected_active_slots(spr, slots, k, t * dp * lf)
     layout = "contiguous" if prefill else "masked"
     ops += routed_experts(model, pairs=pairs, slots_per_rank=spr, active=active, moe_tp=moe_tp, layout=layout)
     ops.append(allreduce("moe_tp_allreduce", np.where(ep > 1, pairs, t * moe_tp / tp), d, moe_tp, 4))
