@@ -237,7 +237,7 @@ def evaluate(
     price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms, chunk, path)
     results, runnable = {}, {}
     auto = overlap == Overlap.AUTO.value
-    t_rank = W.tokens(grid, phase)[0] / np.maximum(grid.tp, 1.0)
+    t_rank = W.tokens(grid, phase)[0]  # tokens of a DP rank's pass (vLLM's DBO thresholds count these)
     for scheme in _wanted(overlap, phase):
         ub = micro_batches(scheme)
         step, moe_t, dense_t = _scheme_times(price(ub), scheme, model, sync, phase)

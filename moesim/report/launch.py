@@ -106,7 +106,7 @@ def executed(cfg: dict, engine: str, role=None, mnnvl: bool = False) -> dict:
     }
     ov = cfg.get("overlap") or ""
     tokens = s["batch"] * (1 + s["mtp"]) if phase == Phase.DECODE else s["chunk"]
-    runs = bool(ov) and bool(em.scheme_ok(ov, PATHS.index(path), tokens / max(s["tp"], 1), phase))
+    runs = bool(ov) and bool(em.scheme_ok(ov, PATHS.index(path), tokens, phase))
     return {"moe_comm": path, "comm": comm.value, "modes": modes, "overlap": ov if runs else None, "em": em}
 
 

@@ -172,7 +172,8 @@ class StageSums:
             if c.kind == OpKind.ALL_TO_ALL:
                 op = "dispatch" if Tag.DISPATCH in c.tags else "combine"
                 self.comm[op] = seq(self.comm[op], c.time_s)
-                self.sm_share = max(self.sm_share, c.sm_share)
+                # SMs held only where the all-to-all runs (absent on an engine's allgather / allreduce path)
+                self.sm_share = np.maximum(self.sm_share, c.sm_share * (np.asarray(c.time_s) > 0))
                 continue
             self.stage[c.stage] = seq(self.stage.get(c.stage, 0.0), c.time_s)
             if c.kind in GEMM_KINDS:
@@ -249,7 +250,7 @@ def _capped(ss, scheme, s_share):
     """Per slot: (compute time, the same with the GEMM part on (1 - s) of the SMs if the scheme caps
     GEMMs for the whole forward)."""
     dur = [ss.slot(s) for s in scheme.slots]
-    if not (s_share and scheme.caps_gemm_sms):
+    if not (np.any(s_share) and scheme.caps_gemm_sms):
         return dur, dur
     return dur, [d + ss.slot_gemm(s) * (s_share / (1.0 - s_share)) for d, s in zip(dur, scheme.slots)]
 
@@ -272,7 +273,7 @@ def _simulate(costs, scheme: Scheme, periods: int, trace):
             r = ready.get((i, p))
             start = compute_free if r is None else par(compute_free, r)
             work = dur_c[i]
-            if s_share:  # never slower than the whole slot on (1 - s) of the SMs
+            if np.any(s_share):  # never slower than the whole slot on (1 - s) of the SMs
                 work = np.minimum(dur[i] / (1.0 - s_share), work + np.maximum(comm_free - start, 0.0) * s_share)
             end = seq(start, work)
             compute_free = end

@@ -101,7 +101,7 @@ class EngineModel:
         """Does this release have the overlap scheme at all (on some configuration)?"""
         return scheme in self.overlap
 
-    def scheme_ok(self, scheme: str, path, tokens_per_rank, phase) -> np.ndarray:
+    def scheme_ok(self, scheme: str, path, tokens_per_rank, phase) -> np.ndarray:  # tokens of a DP rank
         """Per configuration: does the engine run `scheme` there (listed, its all-to-all present where
         it needs one, vLLM DBO above its decode token threshold)?"""
         shape = np.broadcast(np.asarray(path), np.asarray(tokens_per_rank)).shape
@@ -167,6 +167,21 @@ _EXEC_KEYS = ("a2a_backends", "a2a_needs_attention_dp", "a2a_needs_mnnvl", "deep
 _LAUNCH_KEYS = ("server", "router", "port", "router_port", "bootstrap_port", "dist_port", "flags")
 
 
+def _overlaps(file, ex, src) -> dict:
+    """execution.overlap -> {scheme: Overlap}."""
+    overlaps = {}
+    for name, node in (ex["overlap"] or {}).items():
+        if not isinstance(node, dict):
+            raise SpecError(f"{file}: execution.overlap.{name}: must be a mapping")
+        overlaps[name] = Overlap(
+            _text(file, f"execution.overlap.{name}", src(f"overlap.{name}", node)),
+            bool(node.get("needs_a2a", False)),
+            int(node.get("min_decode_tokens", 0)),
+            node["source"],
+        )
+    return overlaps
+
+
 def _parse(path: Path) -> EngineModel:
     from moesim.specs.loader import read_mapping  # lazy: YAML only when an engine model is read
 
@@ -190,16 +205,7 @@ def _parse(path: Path) -> EngineModel:
         v = _text(file, f"execution.{k}", src(k, ex[k]))
         if v not in _NO_A2A:
             raise SpecError(f"{file}: execution.{k}: {v!r} is not one of {{{', '.join(_NO_A2A)}}}")
-    overlaps = {}
-    for name, node in (ex["overlap"] or {}).items():
-        if not isinstance(node, dict):
-            raise SpecError(f"{file}: execution.overlap.{name}: must be a mapping")
-        overlaps[name] = Overlap(
-            _text(file, f"execution.overlap.{name}", src(f"overlap.{name}", node)),
-            bool(node.get("needs_a2a", False)),
-            int(node.get("min_decode_tokens", 0)),
-            node["source"],
-        )
+    overlaps = _overlaps(file, ex, src)
     ll = ex["ll_max_tokens_per_rank"]
     kernels = {k: _text(file, f"execution.moe_kernel.{k}", src(f"moe_kernel.{k}", v))
                for k, v in (ex["moe_kernel"] or {}).items()}  # fmt: skip
