@@ -222,7 +222,9 @@ def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=No
               "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
               "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
               "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
-              "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing}  # fmt: skip
+              "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing,
+              # what the engine runs (moesim.specs.engine): the MoE path and the pinned release
+              "moe_comm": str(ev.values["moe_comm"][0]), "engine_release": ev.engine_model.label}  # fmt: skip
     if comm_sms is not None:
         config["comm_sms"] = comm_sms
     config["expert_load"] = expert_load_info(

@@ -53,15 +53,9 @@ import numpy as np
 
 from moesim.enums import Engine
 
-# Default per-pass prefill token budgets, as the engines set them on a Hopper-class GPU:
-# SGLang server_args.py (_handle_gpu_memory_settings): chunked_prefill_size 8192 below 160 GiB of
-# GPU memory (H100, H200, H20), 16384 above (B200); with DP attention divided by the DP size
-# ("chunked prefill size is adjusted ... to avoid MoE kernel issues").
-# vLLM engine/arg_utils.py (get_batch_defaults): max_num_batched_tokens 8192 for the OpenAI server
-# on GPUs with >= 70 GiB (H100, H200), 2048 below. TRT-LLM BuildConfig: max_num_tokens 8192.
-SGLANG_CHUNK_TOKENS = {"small": 8192, "large": 16384}
-VLLM_BUDGET_TOKENS = {"small": 2048, "large": 8192}
-TRTLLM_BUDGET_TOKENS = 8192
+# Default per-pass prefill token budgets: the engine model's scheduler tiers (moesim/specs/engines/*.yaml:
+# SGLang chunked_prefill_size, split over the DP-attention ranks; vLLM max_num_batched_tokens; TRT-LLM
+# max_num_tokens; each by GPU memory), read by moesim.specs.engine.prefill_budget_tokens.
 GiB = 1024.0**3
 
 
@@ -75,15 +69,14 @@ def scheduler_name(engine) -> str:
 
 
 def default_budget_tokens(engine, memory_bytes: float, dp) -> np.ndarray:
-    """The engine's default prefill tokens per forward pass per DP group (sources above)."""
-    e = Engine.parse(engine, "engine")
+    """The engine's default prefill tokens per forward pass per DP group (the engine model)."""
+    from moesim.specs.engine import load_engine_model, prefill_budget_tokens  # lazy: YAML on first use
+
     dp = np.asarray(dp, float)
-    if e == Engine.SGLANG:
-        c = SGLANG_CHUNK_TOKENS["small" if memory_bytes < 160 * GiB else "large"]
-        return np.floor(c / dp)  # DP attention: the chunk is split over the DP ranks
-    if e == Engine.VLLM:
-        return np.full(dp.shape, float(VLLM_BUDGET_TOKENS["large" if memory_bytes >= 70 * GiB else "small"]))
-    return np.full(dp.shape, float(TRTLLM_BUDGET_TOKENS))
+    total = float(prefill_budget_tokens(engine, memory_bytes))
+    if load_engine_model(engine).chunk_split_over_dp:  # SGLang: chunked_prefill_size // attn_dp_size
+        return np.floor(total / dp)
+    return np.full(dp.shape, total)
 
 
 @dataclass

@@ -47,8 +47,8 @@ def _estimate_title(r) -> str:
         f"{r.model.name} on {r.hardware.name} · {cfg['phase']} · TP{cfg['tp']} DP{cfg['dp']} EP{cfg['ep']}"
         f"{' MoE-TP' + str(cfg['moe_tp']) if cfg['moe_tp'] > 1 else ''} · {cfg['gpus']} GPUs · batch "
         f"{cfg['batch']:g} {'requests' if cfg['phase'] != 'prefill' else 'tokens'}/DP group · context "
-        f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · {cfg['comm']}"
-        f"{' · engine ' + cfg['engine'] if cfg.get('engine') else ''}"
+        f"{cfg['context']:g} · overlap {cfg['overlap']} · {cfg['cost_mode']} · moe {cfg.get('moe_comm') or cfg['comm']}"
+        f"{' · ' + cfg['engine_release'] if cfg.get('engine_release') else (' · engine ' + cfg['engine'] if cfg.get('engine') else '')}"
     )
 
 

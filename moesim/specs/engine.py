@@ -61,6 +61,8 @@ class EngineModel:
     flags: dict  # setting -> flag spelling of this release
     sources: dict  # dotted key -> source text
     file: str
+    budget_tiers: tuple = ()  # ((below GiB, prefill tokens per pass), ...): the scheduler section's default
+    chunk_split_over_dp: bool = False  # SGLang: chunked_prefill_size // attn_dp_size
 
     @property
     def label(self) -> str:
@@ -214,7 +216,15 @@ def _parse(path: Path) -> EngineModel:
     for k in _LAUNCH_KEYS[:-1]:
         node = src(f"launch.{k}", la[k])
         launch[k] = _text(file, f"launch.{k}", node) if k in ("server", "router") else _int(file, f"launch.{k}", node)
+    sched = raw.get("scheduler") or {}
+    key = {"sglang": "chunked_prefill_size", "vllm": "max_num_batched_tokens"}.get(eng.value, "max_num_tokens")
+    tiers = tuple((float(a), float(b)) for a, b, *_ in ((sched.get(key) or {}).get("tiers") or ()))
+    if not tiers:
+        raise SpecError(f"{file}: scheduler.{key}.tiers: missing (the default prefill tokens per pass)")
+    split = bool((sched.get("chunk_divided_by_dp_attention") or {}).get("value", False))
     return EngineModel(
+        budget_tiers=tiers,
+        chunk_split_over_dp=split,
         engine=eng,
         release=_text(file, "pin.release", src("pin.release", pin["release"])),
         dist=_text(file, "pin.dist", src("pin.dist", pin["dist"])),
@@ -249,6 +259,15 @@ def load_engine_model(engine=None) -> EngineModel:
     return _parse(ENGINES_DIR / f"{e.value}.yaml")
 
 
+def prefill_budget_tokens(engine, memory_bytes: float) -> float:
+    """The engine's default prefill tokens per pass (whole server) on a GPU of `memory_bytes`: the
+    first tier whose memory bound exceeds it (SGLang chunked_prefill_size, vLLM max_num_batched_tokens,
+    TRT-LLM max_num_tokens; moesim/specs/engines/*.yaml scheduler)."""
+    gib = float(memory_bytes) / 1024.0**3
+    tiers = load_engine_model(engine).budget_tiers
+    return next((v for below, v in tiers if gib < below), tiers[-1][1])
+
+
 def path_names(idx) -> np.ndarray:
     """PATHS names of a path index array (for outputs: `moe_comm`)."""
     return np.asarray(PATHS, dtype=object)[np.asarray(idx, int)]
@@ -279,7 +298,16 @@ def path_notes(em: EngineModel, comm, path) -> list[str]:
     ]
 
 
-__all__ = ["EngineModel", "load_engine_model", "PATHS", "path_names", "moe_comm_labels", "path_notes", "scheme_notes"]
+__all__ = [
+    "EngineModel",
+    "load_engine_model",
+    "prefill_budget_tokens",
+    "PATHS",
+    "path_names",
+    "moe_comm_labels",
+    "path_notes",
+    "scheme_notes",
+]
 
 
 def scheme_notes(em: EngineModel, scheme: str) -> list[str]:

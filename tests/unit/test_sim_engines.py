@@ -48,15 +48,15 @@ def test_loads_by_path_and_version(tmp_path):
 
 
 def test_budgets_agree_with_the_steady_state_scheduler():
-    """One source of truth: the profiles' prefill budgets are the constants moesim/engine/scheduler.py
-    prices aggregated serving with (on the Hopper GPUs both cover, and SGLang on B200)."""
-    for mem in (H100, H200):
+    """One source of truth: the closed-form serving model (moesim/engine/scheduler.py) reads the same
+    engine-model tiers the simulator's profiles validate, on every GPU size and DP split."""
+    for mem in (40 * GiB, H100, H200, B200):
         for e in Engine:
-            want = float(steady.default_budget_tokens(e, mem, 1.0))
-            assert load_engine_profile(e.value).prefill_budget_tokens(mem) == want, (e, mem)
-    assert load_engine_profile("sglang").prefill_budget_tokens(B200) == steady.SGLANG_CHUNK_TOKENS["large"]
-    assert load_engine_profile("vllm").prefill_budget_tokens(40 * GiB) == steady.VLLM_BUDGET_TOKENS["small"]
-    assert load_engine_profile("sglang").scheduler.chunk_divided_by_dp_attention  # default_budget_tokens: c / dp
+            p = load_engine_profile(e.value)
+            for dp in (1.0, 8.0):
+                want = p.prefill_budget_tokens(mem) / (dp if p.scheduler.chunk_divided_by_dp_attention else 1.0)
+                assert float(steady.default_budget_tokens(e, mem, dp)) == float(int(want)), (e, mem, dp)
+    assert load_engine_profile("vllm").prefill_budget_tokens(B200) == 16384  # get_batch_defaults >= 160 GiB
 
 
 def test_derived_quantities():
