@@ -54,7 +54,8 @@ def test_budgets_agree_with_the_steady_state_scheduler():
         for e in Engine:
             p = load_engine_profile(e.value)
             for dp in (1.0, 8.0):
-                want = p.prefill_budget_tokens(mem) / (dp if p.scheduler.chunk_divided_by_dp_attention else 1.0)
+                split = p.scheduler.values.get("chunk_divided_by_dp_attention", False)
+                want = p.prefill_budget_tokens(mem) / (dp if split else 1.0)
                 assert float(steady.default_budget_tokens(e, mem, dp)) == float(int(want)), (e, mem, dp)
     assert load_engine_profile("vllm").prefill_budget_tokens(B200) == 16384  # get_batch_defaults >= 160 GiB
 
