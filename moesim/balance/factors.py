@@ -150,6 +150,9 @@ def apply_factors(costs, imb, routed_in_work: bool = False):
     for c in costs:
         f = op_factor(c.tags, imb)
         if Tag.ROUTED in c.tags and routed_in_work:
+            # built on the slowest rank's pairs: its FLOPs (linear in the pairs) back to the mean rank's,
+            # what MFU and the FLOP totals count
+            c = dataclasses.replace(c, flops=c.flops / np.asarray(f, float))
             f = 1.0
         if np.any(np.asarray(f) != 1.0):
             if Tag.A2A in c.tags:  # alpha + wire: only the wire carries the extra tokens

@@ -54,7 +54,7 @@ class Summary:
             e.named = {k: take(v) for k, v in ss.named.items()}
             e.gemm = {k: take(v) for k, v in ss.gemm.items()}
             e.comm = {k: take(v) for k, v in ss.comm.items()}
-            e.sm_share = ss.sm_share
+            e.sm_share = take(ss.sm_share)
             if self.has[name]:
                 e.stage[core.stage] = seq(e.stage.get(core.stage, 0.0), core.time_s)
             out.sums[name] = e

@@ -272,7 +272,8 @@ class CostModel:
             prov,
             z,
             np.asarray(nbytes, float) * present * np.ones(shape),
-            sm_share=op.sm_share,
+            # SMs held where the op runs (an all-to-all absent on some configurations holds none there)
+            sm_share=op.sm_share * present if op.sm_share and np.any(present != 1.0) else op.sm_share,
             kind=op.kind,
         )
 

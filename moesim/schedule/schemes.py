@@ -172,8 +172,9 @@ class StageSums:
             if c.kind == OpKind.ALL_TO_ALL:
                 op = "dispatch" if Tag.DISPATCH in c.tags else "combine"
                 self.comm[op] = seq(self.comm[op], c.time_s)
-                # SMs held only where the all-to-all runs (absent on an engine's allgather / allreduce path)
-                self.sm_share = np.maximum(self.sm_share, c.sm_share * (np.asarray(c.time_s) > 0))
+                # SMs held only where the all-to-all runs (its cost carries sm_share x present: none on an
+                # engine's allgather / allreduce path)
+                self.sm_share = np.maximum(self.sm_share, c.sm_share)
                 continue
             self.stage[c.stage] = seq(self.stage.get(c.stage, 0.0), c.time_s)
             if c.kind in GEMM_KINDS:

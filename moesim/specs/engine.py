@@ -184,6 +184,16 @@ def _overlaps(file, ex, src) -> dict:
     return overlaps
 
 
+def _budget(file, eng: Engine, sched: dict):
+    """(default prefill tokens per pass by GPU memory, split over the DP-attention ranks?) from the
+    scheduler section (its full validation: moesim.simulate.engines)."""
+    key = {"sglang": "chunked_prefill_size", "vllm": "max_num_batched_tokens"}.get(eng.value, "max_num_tokens")
+    tiers = tuple((float(a), float(b)) for a, b, *_ in ((sched.get(key) or {}).get("tiers") or ()))
+    if not tiers:
+        raise SpecError(f"{file}: scheduler.{key}.tiers: missing (the default prefill tokens per pass)")
+    return tiers, bool((sched.get("chunk_divided_by_dp_attention") or {}).get("value", False))
+
+
 def _parse(path: Path) -> EngineModel:
     from moesim.specs.loader import read_mapping  # lazy: YAML only when an engine model is read
 
@@ -216,12 +226,7 @@ def _parse(path: Path) -> EngineModel:
     for k in _LAUNCH_KEYS[:-1]:
         node = src(f"launch.{k}", la[k])
         launch[k] = _text(file, f"launch.{k}", node) if k in ("server", "router") else _int(file, f"launch.{k}", node)
-    sched = raw.get("scheduler") or {}
-    key = {"sglang": "chunked_prefill_size", "vllm": "max_num_batched_tokens"}.get(eng.value, "max_num_tokens")
-    tiers = tuple((float(a), float(b)) for a, b, *_ in ((sched.get(key) or {}).get("tiers") or ()))
-    if not tiers:
-        raise SpecError(f"{file}: scheduler.{key}.tiers: missing (the default prefill tokens per pass)")
-    split = bool((sched.get("chunk_divided_by_dp_attention") or {}).get("value", False))
+    tiers, split = _budget(file, eng, raw.get("scheduler") or {})
     return EngineModel(
         budget_tiers=tiers,
         chunk_split_over_dp=split,
