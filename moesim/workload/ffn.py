@@ -5,8 +5,6 @@ and a shared-expert copy; tokens reach their top-k experts through all-to-all.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from moesim.enums import CommMode, Dtype, OpKind, Stream, Tag
@@ -202,8 +200,7 @@ def moe_ops(
     gpus = tp * dp
     ops.append(allgather("moe_all_gather", t * dp * a2a_message_bytes("dispatch", d, p), gpus, 3, present=gather))
     ops.append(allgather("moe_reduce_scatter", t * dp * a2a_message_bytes("combine", d, p), gpus, 4, present=gather))
-    ar = allreduce("moe_ep_allreduce", t, d, gpus, 4)
-    ops.append(replace(ar, present=np.asarray(ar.present, float) * reduce))
+    ops.append(allreduce("moe_ep_allreduce", t, d, gpus, 4, present=reduce))
     # --- shared expert (stage 3): with the all-to-all (or no EP) one copy per EP rank on its tokens
     # t*moe_tp/tp, sharded by moe_tp; without it, sharded like attention (TP) over the DP group's tokens
     # (TRT-LLM modeling_deepseekv3.py: shared_tp_size = 1 with attention DP, else tp_size)

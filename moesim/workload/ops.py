@@ -196,10 +196,8 @@ def permute_bytes(pairs, hidden, a_elem: float):
     return rows * (2.0 * a_elem + 2.0 * 2.0)
 
 
-def allgather(name, total_bytes, group, stage, present=1.0) -> OpWork:
-    """Ring all-gather of `total_bytes` (the gathered output) over `group` ranks. A reduce-scatter of
-    the same output is priced by it too: NCCL runs both as n - 1 ring steps moving (n-1)/n of the
-    message per rank (ring.cc; NCCL's tuning model prices them alike)."""
+def _collective(name, comm_op: str, msg, ring_bytes, group, stage, present=1.0) -> OpWork:
+    """A BF16 collective over `group` ranks (absent where group = 1): message and ring bytes per rank."""
     group = np.asarray(group, float)
     return OpWork(
         name=name,
@@ -207,26 +205,22 @@ def allgather(name, total_bytes, group, stage, present=1.0) -> OpWork:
         dtype=Dtype.BF16,
         stage=stage,
         stream=Stream.COMM,
-        net_bytes_nvlink=ring_allgather_bytes(group, total_bytes),
+        net_bytes_nvlink=ring_bytes,
         group=group,
-        comm_op="all_gather",
-        shape={"bytes": total_bytes, "gpus": group},
+        comm_op=comm_op,
+        shape={"bytes": msg, "gpus": group},
         present=(group > 1).astype(float) * present,
     )
 
 
-def allreduce(name, tokens, hidden, group, stage) -> OpWork:
+def allgather(name, total_bytes, group, stage, present=1.0) -> OpWork:
+    """Ring all-gather of `total_bytes` (the gathered output) over `group` ranks. A reduce-scatter of
+    the same output is priced by it too: NCCL runs both as n - 1 ring steps moving (n-1)/n of the
+    message per rank (ring.cc; NCCL's tuning model prices them alike)."""
+    return _collective(name, "all_gather", total_bytes, ring_allgather_bytes(group, total_bytes), group, stage, present)
+
+
+def allreduce(name, tokens, hidden, group, stage, present=1.0) -> OpWork:
     """Ring all-reduce of `tokens` BF16 hidden states over `group` ranks (absent when group = 1)."""
     msg = tokens * hidden * 2.0
-    return OpWork(
-        name=name,
-        kind=OpKind.COLLECTIVE,
-        dtype=Dtype.BF16,
-        stage=stage,
-        stream=Stream.COMM,
-        net_bytes_nvlink=ring_allreduce_bytes(group, msg),
-        group=group,
-        comm_op="all_reduce",
-        shape={"bytes": msg, "gpus": group},
-        present=(np.asarray(group) > 1).astype(float),
-    )
+    return _collective(name, "all_reduce", msg, ring_allreduce_bytes(group, msg), group, stage, present)
