@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
         # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.errors import ConfigError
-        from moesim.perf.kernel import COLLECTIVE_OPS, custom_backends, price_collective, price_kernel
+        from moesim.perf.kernel import COLLECTIVE_OPS, price_collective, price_kernel
         from moesim.report.writer import json_text  # lazy: strict JSON only for --json
 
         mdl, hw = resolve_specs(model, hardware, set_)
@@ -73,8 +73,10 @@ def register(app: typer.Typer) -> None:
         res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
         if op in COLLECTIVE_OPS:
             # roofline mode reads no profile; the custom all-reduce's backends and size limit come from the engine's
-            backends = custom_backends(prof or load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0], op)
-            got = price_collective(w, mdl, hw, cm_mode, prof, library or "auto", backends=backends, engine=engine)
+            engine_prof = prof or load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0]
+            got = price_collective(
+                w, mdl, hw, cm_mode, prof, library or "auto", backends_profile=engine_prof, engine=engine
+            )
             notes = notes + got.pop("library_notes")
         else:
             got = price_kernel(w, mdl, hw, cm_mode, prof)
@@ -107,7 +109,8 @@ def _library_lines(res: dict) -> list[str]:
             else "not run: " + r["error"].split(": ", 1)[1]
         )
         lines.append(f"  {lib}: {got}")
-    caps = ", ".join(f"{k} max_bytes {v:.0f} ({U.fmt_bytes(v)})" for k, v in res["custom_backends"].items())
+    backends = res["custom_backends"] or {}
+    caps = ", ".join(f"{k} max_bytes {v:.0f} ({U.fmt_bytes(v)})" for k, v in backends.items())
     x = res["engine_switch_bytes"]
     lo, hi = res["switch_range_bytes"]
     if x is not None:

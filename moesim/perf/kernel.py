@@ -96,37 +96,45 @@ ROOFLINE_ACROSS_NODES = (
     "(moesim.perf.cost.CostModel._collective), though the engines run NCCL there; --library nccl prices the ring"
 )
 
-
-def custom_backends(profile, op: str) -> dict:
-    """{backend name: max_bytes} of the engine's custom all-reduce in `profile` (collectives.<op>.custom), {}
-    where it has none (no profile, no timed entry, all-gather)."""
-    e = None if profile is None else (getattr(profile, "collectives", None) or {}).get(op)
-    return {k: float(c["max_bytes"]) for k, c in ((e or {}).get("custom") or {}).items()}
+NO_CUSTOM_LIMIT = (
+    "no fitted {engine} collectives for {hw}: the one-shot stands for the custom all-reduce, with no size limit "
+    "(max_bytes unknown)"
+)
 
 
-def library_error(work: OpWork, hw: HardwareSpec, library: str, backends: dict, engine: str) -> str | None:
-    """Why the engine would not run `library` for this collective (one line naming the limit), or None."""
+def custom_backends(profile, op: str) -> dict | None:
+    """{backend name: max_bytes} of the engine's custom all-reduce in `profile` (collectives.<op>.custom); {}
+    where its timed entry has none (every all-gather: NCCL at every size); None where unknown (no profile, or
+    no timed entry for the op)."""
+    if not _timed(profile, op):
+        return None
+    return {k: float(c["max_bytes"]) for k, c in (profile.collectives[op].get("custom") or {}).items()}
+
+
+def library_error(work: OpWork, hw: HardwareSpec, library: str, backends: dict | None, engine: str) -> str | None:
+    """Why the engine would not run `library` for this collective (one line naming the limit), or None.
+    backends: custom_backends (None: unknown, the custom all-reduce is priced without a size limit)."""
     if library not in COLLECTIVE_LIBRARIES:
         return f"--library: {library!r}; allowed: {', '.join(COLLECTIVE_LIBRARIES)}"
     if library != "custom":
         return None
     op, g = work.comm_op, float(np.ravel(work.group)[0])
     msg = float(np.ravel(work.shape["bytes"])[0])
-    if not backends:
+    if op == "all_gather" or backends == {}:
         what = "custom all-gather" if op == "all_gather" else "custom all-reduce in its profile"
         return f"--library custom: the {engine} engine has no {what} (it runs NCCL at every size); use --library auto or nccl"
-    name = ", ".join(backends)
+    name = f" ({', '.join(backends)})" if backends else ""
     if g > hw.domain_gpus:
         return (
             f"--library custom: --gpus {g:g} spans {int(np.ceil(g / hw.domain_gpus))} NVLink domains of {hw.domain_gpus} "
-            f"GPUs ({hw.name}); the engine's custom all-reduce ({name}) is single-node (vLLM / SGLang disable it across "
+            f"GPUs ({hw.name}); the engine's custom all-reduce{name} is single-node (vLLM / SGLang disable it across "
             "nodes): use --library nccl or auto"
         )
-    cap = min(backends.values())
+    cap = min(backends.values()) if backends else np.inf
     if msg > cap:
         return (
             f"--library custom: --bytes {msg:g} is above the custom all-reduce's size limit, max_bytes {cap:.0f} "
-            f"({U.fmt_bytes(cap)}, {name}); the engine runs NCCL above it: use --library nccl or auto"
+            f"({U.fmt_bytes(cap)}{name}); the engine runs NCCL above it: use --library nccl or auto"
         )
     return None
 
@@ -244,7 +252,7 @@ def algorithm_switches(work, model, hw, cost_mode, profile, library, lo=None, hi
     return [{"bytes": float(x), "from": str(f), "to": str(t)} for x, f, t in zip(b, first, to)]
 
 
-def engine_switch(switches: list[dict], backends: dict) -> dict:
+def engine_switch(switches: list[dict], caps) -> dict:
     """{engine_switch_bytes, engine_switch_reason}: the size from which the engine's pick (the
     `auto` switches) is NCCL for good, after a custom all-reduce below it; the reason "max_bytes"
     where it is the custom backend's size limit (algorithm_switches puts it there exactly), else "nccl
@@ -254,7 +262,7 @@ def engine_switch(switches: list[dict], backends: dict) -> dict:
     if not ends or any(s["to"].startswith("custom") for s in switches if s["bytes"] > ends[-1]["bytes"]):
         return {"engine_switch_bytes": None, "engine_switch_reason": None}
     x = ends[-1]["bytes"]
-    return {"engine_switch_bytes": x, "engine_switch_reason": "max_bytes" if x in backends.values() else "nccl faster"}
+    return {"engine_switch_bytes": x, "engine_switch_reason": "max_bytes" if x in caps else "nccl faster"}
 
 
 def price_collective(
@@ -265,22 +273,22 @@ def price_collective(
     profile,
     library: str = "auto",
     *,
-    backends: dict | None = None,
+    backends_profile=False,
     engine: str = "sglang",
 ) -> dict:
     """price_kernel's dict for an all-reduce / all-gather priced with `library` ("auto": the engine's
     pick, = price_kernel; "nccl": NCCL alone; "custom": the engine's custom all-reduce alone), plus
     library, algorithm (what priced it, e.g. "custom one-shot", "nccl LL128", "nccl NVLS", "nccl ring"),
-    custom_backends ({name: max_bytes}), engine_switch_bytes / _reason (engine_switch),
+    custom_backends ({name: max_bytes}; None: unknown), engine_switch_bytes / _reason (engine_switch),
     algorithm_switches (of `library`, over switch_range_bytes) and by_library ({nccl, custom}: time_s and
     algorithm, or `error` where the engine would not run it). efficiency and roofline_time_s compare
-    with the same library's roofline (ROOFLINE_LIBRARY). `backends`: the custom backends where
-    `profile` is None (roofline mode reads the engine's profile for them). Raises ConfigError where the
+    with the same library's roofline (ROOFLINE_LIBRARY). `backends_profile`: the profile the custom
+    backends are read from (default `profile`; roofline mode reads none, the CLI passes the engine's). Raises ConfigError where the
     engine would not run `library` (library_error)."""
     require_dtypes(model, hw)
     if work.comm_op not in COLLECTIVE_OPS:
         raise ConfigError(f"--library: only for --op {' | '.join(COLLECTIVE_OPS)} (got --op {work.name})")
-    backends = custom_backends(profile, work.comm_op) if backends is None else backends
+    backends = custom_backends(profile if backends_profile is False else backends_profile, work.comm_op)
     err = library_error(work, hw, library, backends, engine)
     if err:
         raise ConfigError(err)
@@ -296,9 +304,9 @@ def price_collective(
         tl, _, al, _ = _library_times(work, model, hw, cost_mode, profile, lib)
         by_library[lib] = {"time_s": float(np.ravel(tl)[0]), "algorithm": str(np.ravel(al)[0])}
     hi = SWITCH_RANGE_BYTES[1]
-    if library == "custom":  # the engine does not run it above its size limit
-        hi = min(hi, min(backends.values()))
-    caps = tuple(backends.values())
+    caps = tuple((backends or {}).values())
+    if library == "custom" and caps:  # the engine does not run it above its size limit
+        hi = min(hi, min(caps))
     auto_sw = algorithm_switches(work, model, hw, cost_mode, profile, "auto", caps=caps)
     sw = (
         auto_sw
@@ -308,6 +316,8 @@ def price_collective(
     notes = [ROOFLINE_LIBRARY[(work.comm_op, library)]] if cost_mode == CostMode.ROOFLINE else []
     if notes and library == "auto" and work.comm_op == "all_reduce" and float(np.ravel(work.group)[0]) > hw.domain_gpus:
         notes.append(ROOFLINE_ACROSS_NODES)
+    if backends is None and work.comm_op == "all_reduce":
+        notes.append(NO_CUSTOM_LIMIT.format(hw=hw.name, engine=engine))
     return {
         "time_s": t,
         "flops": 0.0,
@@ -319,7 +329,7 @@ def price_collective(
         "library": library,
         "algorithm": str(np.ravel(alg)[0]),
         "custom_backends": backends,
-        **engine_switch(auto_sw, backends),
+        **engine_switch(auto_sw, caps),
         "switch_range_bytes": [SWITCH_RANGE_BYTES[0], hi],
         "algorithm_switches": sw,
         "by_library": by_library,

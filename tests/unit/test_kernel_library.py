@@ -26,9 +26,9 @@ def _specs():
 def _price(library, nbytes, gpus=8, mode=CostMode.CALIBRATED, op="all_reduce"):
     mdl, hw = _specs()
     prof = load_profile_for(hw, mode, engine="sglang")[0]
-    backends = K.custom_backends(load_profile_for(hw, CostMode.CALIBRATED, engine="sglang")[0], op)
+    engine_prof = load_profile_for(hw, CostMode.CALIBRATED, engine="sglang")[0]
     w = kernel_work(mdl, hw, op, gpus=gpus, nbytes=nbytes)
-    return K.price_collective(w, mdl, hw, mode, prof, library, backends=backends, engine="sglang")
+    return K.price_collective(w, mdl, hw, mode, prof, library, backends_profile=engine_prof, engine="sglang")
 
 
 def _cli_json(*args):
@@ -91,6 +91,11 @@ def test_untimed_path_matches_cost_model_with_a_profile_without_collectives():
         assert K.price_collective(w, mdl, hw, CostMode.CALIBRATED, prof, "auto")["time_s"] == pytest.approx(
             ref, rel=1e-12
         )
+    # no fitted collectives: the custom all-reduce's size limit is unknown, so custom is priced (one-shot) and said so
+    w = kernel_work(mdl, hw, "all_reduce", gpus=8, nbytes=LARGE)
+    r = K.price_collective(w, mdl, hw, CostMode.CALIBRATED, prof, "custom")
+    assert r["custom_backends"] is None and r["algorithm"] == "custom one-shot"
+    assert any("max_bytes unknown" in n for n in r["library_notes"])
 
 
 def test_cli_json_fields_and_flag_is_read():
