@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
         # lazy: start-up time (`moesim --help` imports every command module)
         from moesim.errors import ConfigError
-        from moesim.perf.kernel import COLLECTIVE_OPS, price_collective, price_kernel
+        from moesim.perf.kernel import COLLECTIVE_OPS
         from moesim.report.writer import json_text  # lazy: strict JSON only for --json
 
         mdl, hw = resolve_specs(model, hardware, set_)
@@ -71,15 +71,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--library: only for --op {' | '.join(COLLECTIVE_OPS)} (got --op {op})")
         w = kernel_work(mdl, hw, op, **shape)
         res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
-        if op in COLLECTIVE_OPS:
-            # roofline mode reads no profile; the custom all-reduce's backends and size limit come from the engine's
-            engine_prof = prof or load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0]
-            got = price_collective(
-                w, mdl, hw, cm_mode, prof, library or "auto", backends_profile=engine_prof, engine=engine
-            )
-            notes = notes + got.pop("library_notes")
-        else:
-            got = price_kernel(w, mdl, hw, cm_mode, prof)
+        got = _price(w, mdl, hw, cm_mode, prof, library or "auto", engine)
+        notes = notes + got.pop("library_notes", [])
         res |= got | {"notes": notes}
         if json_out:
             typer.echo(json_text(res))
@@ -94,6 +87,20 @@ def register(app: typer.Typer) -> None:
                 typer.echo(line)
         for x in notes + ([res["note"]] if res.get("note") else []):
             typer.echo(f"note: {x}")
+
+
+def _price(w, mdl, hw, cm_mode, prof, library: str, engine: str) -> dict:
+    """price_kernel's dict; a collective's from price_collective (with its library fields)."""
+    # lazy: start-up time (`moesim --help` imports every command module)
+    from moesim.engine.pricing import load_profile_for
+    from moesim.enums import CostMode
+    from moesim.perf.kernel import COLLECTIVE_OPS, price_collective, price_kernel
+
+    if w.comm_op not in COLLECTIVE_OPS:
+        return price_kernel(w, mdl, hw, cm_mode, prof)
+    # roofline mode reads no profile; the custom all-reduce's backends and size limit come from the engine's
+    engine_prof = prof or load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0]
+    return price_collective(w, mdl, hw, cm_mode, prof, library, backends_profile=engine_prof, engine=engine)
 
 
 def _library_lines(res: dict) -> list[str]:
