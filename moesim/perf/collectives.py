@@ -42,15 +42,27 @@ def ring_steps(op: str, n):
     return 2.0 * (n - 1.0) if op == "all_reduce" else (n - 1.0)
 
 
-def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
-    """(alpha_s, wire_bytes) of an all-reduce / all-gather over n ranks: the faster of ring and
-    one-shot (module docstring); time = alpha + wire_bytes / Bps."""
+def ring_one_shot_candidates(op: str, n, message_bytes, ring_bytes, latency_s):
+    """[("ring", alpha_s, wire_bytes), ("one-shot", alpha_s, wire_bytes)] of an all-reduce /
+    all-gather over n ranks (module docstring): ring = ring_steps(op, n) latency steps and the ring
+    bytes; one-shot = 2 steps (all-reduce: every rank reads its n-1 peers' messages, the shape of
+    the engines' custom one-shot all-reduce, custom_all_reduce.cuh) / 1 step (all-gather) with
+    (n-1) M / the ring bytes on the wire."""
     n = np.asarray(n, float)
     a_ring = ring_steps(op, n) * latency_s
     if op == "all_reduce":
         a_one, one_bytes = 2.0 * latency_s, (n - 1.0) * np.asarray(message_bytes, float)
     else:
         a_one, one_bytes = latency_s, ring_bytes
+    return [("ring", a_ring, ring_bytes), ("one-shot", a_one, one_bytes)]
+
+
+def collective_terms(op: str, n, message_bytes, ring_bytes, latency_s, Bps):
+    """(alpha_s, wire_bytes) of an all-reduce / all-gather over n ranks: the faster of ring and
+    one-shot (module docstring; ring_one_shot_candidates); time = alpha + wire_bytes / Bps."""
+    (_, a_ring, ring_bytes), (_, a_one, one_bytes) = ring_one_shot_candidates(
+        op, n, message_bytes, ring_bytes, latency_s
+    )
     use_one = a_one + one_bytes / Bps < a_ring + ring_bytes / Bps
     return np.where(use_one, a_one, a_ring), np.where(use_one, one_bytes, ring_bytes)
 
@@ -96,17 +108,32 @@ def nccl_proto_terms(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, n
 
     `link` is the achievable link the caller prices with, so a what-if on it moves every segment.
     The switch points (LL -> LL128 -> Simple -> NVLS) are where the fitted segments cross."""
+    return fastest_of(nccl_proto_candidates(p, op, n, message_bytes, ring_bytes, link_Bps, nvls))[:2]
+
+
+NCCL_PROTOCOL_NAMES = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}  # NCCL's names (nccl.h NCCL_PROTO)
+
+
+def nccl_proto_candidates(p: dict, op: str, n, message_bytes, ring_bytes, link_Bps, nvls=True):
+    """[(algorithm, alpha_s, wire_s)] nccl_proto_terms picks the fastest of: "LL", "LL128",
+    "Simple" (ring with that protocol) and "NVLS" (wire_s inf where NVLS does not apply)."""
     n = np.asarray(n, float)
     steps = ring_steps(op, n)
     link = np.asarray(link_Bps, float)
-    alphas = [(float(p[f"{k}_us"]) + float(p[f"{k}_step_us"]) * steps) * 1e-6 for k in NCCL_PROTOCOLS]
-    wires = [np.asarray(ring_bytes, float) / (float(p[f"{k}_bw_frac"]) * link) for k in NCCL_PROTOCOLS]
+    out = [
+        (
+            NCCL_PROTOCOL_NAMES[k],
+            (float(p[f"{k}_us"]) + float(p[f"{k}_step_us"]) * steps) * 1e-6,
+            np.asarray(ring_bytes, float) / (float(p[f"{k}_bw_frac"]) * link),
+        )
+        for k in NCCL_PROTOCOLS
+    ]
     if p.get("nvls_us") is not None:
         ok = np.asarray(nvls, bool) & (n >= float(p.get("nvls_min_gpus", 8)))
         nvls_bytes = message_bytes if op == "all_reduce" else ring_bytes
-        alphas.append(np.full(np.shape(n), float(p["nvls_us"]) * 1e-6))
-        wires.append(np.where(ok, np.asarray(nvls_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf))
-    return _fastest(alphas, wires)
+        wire = np.where(ok, np.asarray(nvls_bytes, float) / (float(p["nvls_bw_frac"]) * link), np.inf)
+        out.append(("NVLS", np.full(np.shape(n), float(p["nvls_us"]) * 1e-6), wire))
+    return out
 
 
 def custom_ar_terms(p: dict, n, message_bytes, ring_bytes, link_Bps):
@@ -117,13 +144,21 @@ def custom_ar_terms(p: dict, n, message_bytes, ring_bytes, link_Bps):
         two-shot: reduce-scatter then all-gather through peer buffers (ring bytes on the wire):
                   twoshot_us + twoshot_peer_us * (n-1) + ring_bytes / (twoshot_bw_frac * link)
     (the peer terms: one flag barrier signal per peer)."""
+    return fastest_of(custom_ar_candidates(p, n, message_bytes, ring_bytes, link_Bps))[:2]
+
+
+def custom_ar_candidates(p: dict, n, message_bytes, ring_bytes, link_Bps):
+    """[(algorithm, alpha_s, wire_s)] custom_ar_terms picks the fastest of: "one-shot", "two-shot"."""
     n = np.asarray(n, float)
     link = np.asarray(link_Bps, float)
-    alphas, wires = [], []
-    for k, wire_bytes in (("oneshot", (n - 1.0) * np.asarray(message_bytes, float)), ("twoshot", ring_bytes)):
-        alphas.append((float(p[f"{k}_us"]) + float(p[f"{k}_peer_us"]) * (n - 1.0)) * 1e-6)
-        wires.append(np.asarray(wire_bytes, float) / (float(p[f"{k}_bw_frac"]) * link))
-    return _fastest(alphas, wires)
+    out = []
+    for k, name, wire_bytes in (
+        ("oneshot", "one-shot", (n - 1.0) * np.asarray(message_bytes, float)),
+        ("twoshot", "two-shot", ring_bytes),
+    ):
+        alpha = (float(p[f"{k}_us"]) + float(p[f"{k}_peer_us"]) * (n - 1.0)) * 1e-6
+        out.append((name, alpha, np.asarray(wire_bytes, float) / (float(p[f"{k}_bw_frac"]) * link)))
+    return out
 
 
 def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps, custom=True):
@@ -132,33 +167,67 @@ def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_
     (the engine's size switch). NVLS where a nccl_proto entry allows it: engines all-reduce
     16-bit activations. custom=False: NCCL only (the engines' custom all-reduce is single-node:
     vLLM / SGLang CustomAllreduce is disabled when the group spans nodes)."""
+    return collective_entry_choice(e, op, n, message_bytes, ring_bytes, link_Bps, "auto" if custom else "nccl")[:2]
+
+
+COLLECTIVE_LIBRARIES = ("auto", "nccl", "custom")
+
+
+def collective_entry_choice(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps, library="auto"):
+    """(alpha_s, wire_s, algorithm) of collective_entry_terms with the library chosen: "auto" (the
+    engine's switch: a custom backend where the message is <= its max_bytes and it is faster, else
+    NCCL), "nccl" (the entry alone) or "custom" (the custom backends alone; wire_s inf above their
+    max_bytes, where the engine does not run them). `algorithm`: a str array naming what priced
+    each element, "nccl LL" / "nccl LL128" / "nccl Simple" / "nccl NVLS" (nccl_proto), "nccl ring"
+    / "nccl one-shot" (collective_v2), "custom one-shot" / "custom two-shot" (custom_ar)."""
+    backends = [(e, None)] if library != "custom" else []
+    if library != "nccl":
+        backends += [(c, c["max_bytes"]) for c in (e.get("custom") or {}).values()]
+    msg = np.asarray(message_bytes, float)
     best = None
-    customs = (e.get("custom") or {}).values() if custom else ()
-    for ce, cap in [(e, None)] + [(c, c["max_bytes"]) for c in customs]:
-        p, model = ce["params"], ce.get("model", e["model"])
-        if model == NCCL_PROTO:
-            a, w = nccl_proto_terms(p, op, n, message_bytes, ring_bytes, link_Bps)
-        elif model == CUSTOM_AR:
-            a, w = custom_ar_terms(p, n, message_bytes, ring_bytes, link_Bps)
-        else:  # collective_v2
-            bw = link_Bps * float(p["bw_efficiency"])
-            a, wire = collective_terms(op, n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6, bw)
-            a, w = a + float(p["alpha_us"]) * 1e-6, wire / bw
+    for ce, cap in backends:
+        model = ce.get("model", e["model"])
+        a, w, name = fastest_of(_entry_candidates(ce["params"], model, op, n, msg, ring_bytes, link_Bps))
+        name = np.char.add("custom " if model == CUSTOM_AR else "nccl ", name)
         if best is None:
-            best = (a, w)
+            if cap is not None:  # custom only: not run above its size limit
+                w = np.where(msg <= float(cap), w, np.inf)
+            best = (a, w, name)
             continue
-        use = (np.asarray(message_bytes, float) <= float(cap)) & (a + w < best[0] + best[1])
-        best = (np.where(use, a, best[0]), np.where(use, w, best[1]))
+        use = (msg <= float(cap)) & (a + w < best[0] + best[1])
+        best = tuple(np.where(use, x, y) for x, y in zip((a, w, name), best))
+    if best is None:
+        raise ValueError(f"collectives.{op}: no {library} backend in the entry")
     return best
+
+
+def _entry_candidates(p: dict, model: str, op: str, n, message_bytes, ring_bytes, link_Bps):
+    """[(algorithm, alpha_s, wire_s)] of one timed entry or custom backend (collective_entry_choice)."""
+    if model == NCCL_PROTO:
+        return nccl_proto_candidates(p, op, n, message_bytes, ring_bytes, link_Bps)
+    if model == CUSTOM_AR:
+        return custom_ar_candidates(p, n, message_bytes, ring_bytes, link_Bps)
+    # collective_v2: alpha_us + step_us per latency step, ring or one-shot at bw_efficiency x link
+    bw = link_Bps * float(p["bw_efficiency"])
+    cands = ring_one_shot_candidates(op, n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6)
+    return [(k, a + float(p["alpha_us"]) * 1e-6, np.asarray(b, float) / bw) for k, a, b in cands]
 
 
 def _fastest(alphas, wires):
     """(alpha, wire) of the candidate with the smallest alpha + wire, per element."""
+    return fastest_of([(str(i), a, w) for i, (a, w) in enumerate(zip(alphas, wires))])[:2]
+
+
+def fastest_of(candidates):
+    """(alpha, wire, name) of the (name, alpha, wire) candidate with the smallest alpha + wire, per
+    element (ties: the first listed)."""
+    names, alphas, wires = zip(*candidates)
     shape = np.broadcast_shapes(*[np.shape(a) for a in alphas], *[np.shape(w) for w in wires])
     a = np.stack([np.broadcast_to(x, shape) for x in alphas])
     w = np.stack([np.broadcast_to(x, shape) for x in wires])
-    k = np.argmin(a + w, axis=0)[None]
-    return np.take_along_axis(a, k, 0)[0], np.take_along_axis(w, k, 0)[0]
+    k = np.argmin(a + w, axis=0)
+    pick = k[None]
+    return np.take_along_axis(a, pick, 0)[0], np.take_along_axis(w, pick, 0)[0], np.asarray(names)[k]
 
 
 def by_ep_params(knots: dict, ep, nominal: dict | None = None):
