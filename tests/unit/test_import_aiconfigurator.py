@@ -291,3 +291,102 @@ def test_host_bound_deepep_ll_groups_are_excluded_normal_mode_kept():
     assert (
         "host-bound" in df[bad].exclude.iloc[0] and "64 us" in df[bad].exclude.iloc[0]
     )  # median of 60 x (1 + t / 64), t 1..8
+
+
+# --- integrity (issue 27): tables naming another GPU, or copies of another system's table, are refused
+
+
+def _normal_rows(scale=1.0):
+    return [
+        _deepep(dict(op_name="normal", num_token=t, dispatch_sms=24, dispatch_transmit_us=scale * (100.0 + t),
+                     dispatch_notify_us=scale * (20.0 + t / 7), combine_sms=24, combine_transmit_us=scale * (150.0 + t),
+                     combine_notify_us=scale * (30.0 + t / 3)))
+        for t in (1, 16, 128, 1024)
+    ]  # fmt: skip
+
+
+def _write_normal(path, rows, device):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{**DEV, "device": d, **r} for r, d in zip(rows, device)]).to_parquet(path)
+
+
+NORMAL = "comm/sglang/0.5.6.post2/wideep_deepep_normal_perf.parquet"
+
+
+@pytest.fixture
+def parquet_opened(monkeypatch):
+    """Every path pandas or pyarrow parses during the test (byte reads are not parsing)."""
+    import pyarrow.parquet as pq
+
+    opened = []
+    real_pd, real_file, real_table = pd.read_parquet, pq.ParquetFile, pq.read_table
+    monkeypatch.setattr(pd, "read_parquet", lambda p, *a, **k: opened.append(str(p)) or real_pd(p, *a, **k))
+    monkeypatch.setattr(pq, "ParquetFile", lambda p, *a, **k: opened.append(str(p)) or real_file(p, *a, **k))
+    monkeypatch.setattr(pq, "read_table", lambda p, *a, **k: opened.append(str(p)) or real_table(p, *a, **k))
+    return opened
+
+
+@needs_pyarrow
+def test_rows_naming_another_gpu_refuse_the_table(systems, tmp_path):
+    rows = _normal_rows()
+    _write_normal(
+        systems / "data/h200_sxm" / NORMAL, rows, ["NVIDIA H200", "NVIDIA H100", "NVIDIA H200", "NVIDIA H100"]
+    )
+    out = tmp_path / "meas"
+    stale = out / "h200" / "sglang" / "wideep_deepep_normal_perf.csv.gz"  # the earlier import of that table
+    write_rows(stale, [{"kernel": "deepep", "mode": "normal", "time_s": 1e-4, "source": "x"}])
+    summary = A.import_aiconfigurator("h200_sxm", "sglang", systems, out)
+    assert not stale.exists()  # refused: not written, and the earlier copy removed
+    assert len(_rows(out, "wideep_deepep_ll_perf")) == 2  # the rest of the import goes on
+    (why,) = summary.refused
+    assert why.startswith("h200_sxm/comm/sglang/0.5.6.post2/wideep_deepep_normal_perf.parquet: not imported")
+    assert "2 of 4 rows name the device 'NVIDIA H100'" in why and "H200" in why and "rows 2, 4" in why
+    assert any(line.startswith("REFUSED: h200_sxm/comm/sglang") for line in summary.lines())
+
+
+@needs_pyarrow
+def test_a_byte_copy_of_another_systems_table_is_refused_without_parsing_it(systems, tmp_path, parquet_opened):
+    mine = systems / "data/h200_sxm" / NORMAL
+    h100 = systems / "data/h100_sxm" / NORMAL
+    h100.parent.mkdir(parents=True, exist_ok=True)
+    h100.write_bytes(mine.read_bytes())  # the same file filed under both systems
+    summary = A.import_aiconfigurator("h200_sxm", "sglang", systems, tmp_path / "meas")
+    (why,) = summary.refused
+    assert "byte-identical to h100_sxm/comm/sglang/0.5.6.post2/wideep_deepep_normal_perf.parquet" in why
+    assert not (tmp_path / "meas/h200/sglang/wideep_deepep_normal_perf.csv.gz").exists()
+    assert parquet_opened and not any("h100" in p for p in parquet_opened)  # compared as bytes, never parsed
+
+
+@needs_pyarrow
+def test_a_relabelled_copy_is_refused_by_its_measured_columns(systems, tmp_path, parquet_opened):
+    """Device names rewritten (so the file hash differs) but every measured column the other
+    system's: the measured column chunks occur verbatim in the other file's bytes."""
+    rows = _normal_rows()
+    _write_normal(systems / "data/h200_sxm" / NORMAL, rows, ["NVIDIA H200"] * 4)
+    _write_normal(systems / "data/h100_sxm" / NORMAL, rows, ["NVIDIA H100"] * 4)
+    assert (systems / "data/h200_sxm" / NORMAL).read_bytes() != (systems / "data/h100_sxm" / NORMAL).read_bytes()
+    summary = A.import_aiconfigurator("h200_sxm", "sglang", systems, tmp_path / "meas")
+    (why,) = summary.refused
+    assert "measured columns (combine_notify_us, combine_transmit_us, dispatch_notify_us, dispatch_transmit_us)" in why
+    assert "h100_sxm/comm/sglang/0.5.6.post2/wideep_deepep_normal_perf.parquet" in why
+    assert not any("h100" in p for p in parquet_opened)
+
+
+@needs_pyarrow
+def test_same_shapes_other_timings_on_another_system_are_imported(systems, tmp_path):
+    """Another system's table of the same shape sweep (same num_token, hidden, ... columns) but its own
+    timings is no copy: the table is imported and nothing is refused."""
+    rows = _normal_rows()
+    _write_normal(systems / "data/h200_sxm" / NORMAL, rows, ["NVIDIA H200"] * 4)
+    _write_normal(systems / "data/b200_sxm" / NORMAL, _normal_rows(scale=0.7), ["NVIDIA B200"] * 4)
+    summary = A.import_aiconfigurator("h200_sxm", "sglang", systems, tmp_path / "meas")
+    assert summary.refused == []
+    assert len(_rows(tmp_path / "meas", "wideep_deepep_normal_perf")) == 8
+
+
+def test_gpu_model_names():
+    from moesim.calibration.importers.aiconfigurator_integrity import models_in, system_model
+
+    assert [system_model(s) for s in ("h200_sxm", "gb200", "b200_sxm", "l40s")] == ["H200", "GB200", "B200", "L40S"]
+    assert models_in("NVIDIA H100 80GB HBM3") == ["H100"] and models_in("NVIDIA GB200") == ["GB200"]
+    assert models_in("") == [] and "B200" not in models_in("NVIDIA GB200")

@@ -266,7 +266,7 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
     errs, loso, folds = grouped_cv(rows)
     fitted = rows.predict(p, everything)
     prm = {k: _r(v, 5) for k, v in rows.params(p).items()}
-    return {
+    out = {
         "status": "fitted",
         "gpu": gpu,
         "model": S.DEEPEP_V2,
@@ -279,6 +279,37 @@ def _fit_one(ad: A2AData, mode: str, op: str, peaks: Peaks, gpu: str, parent: di
         "residuals": _residuals(ad, fitted, errs),
         "note": _note(ad, rows, one_node, prm, parent),
         "_loso": loso,
+    }
+    if one_node:  # the fit's own rows say nothing about RDMA: its multi-node prices are derived, and say so
+        out["internode"] = internode_derived(gpu, prm, parent)
+        out["source"] += f"; {INTERNODE_SOURCE}"
+    return out
+
+
+INTERNODE_SOURCE = "nodes > 1: derived from this single-node fit + the NIC spec, no multi-node row measured"
+
+
+def parent_origin(parent: dict | None) -> str:
+    """Where the parent entry's numbers come from ('h800', 'h200.sglang'), or 'no parent'."""
+    return str((parent or {}).get("inherited_from") or (parent or {}).get("gpu") or "no parent")
+
+
+def internode_derived(gpu: str, prm: dict, parent: dict | None) -> dict:
+    """Provenance of a single-node fit's multi-node prices (issue 27): status derived, from what."""
+    knots = "rdma_knot_nodes" in prm
+    share = (
+        f"the per-node-count NIC share rdma_knot_frac at nodes {prm['rdma_knot_nodes']} carried from {parent_origin(parent)}"
+        if knots
+        else f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from {parent_origin(parent)}"
+    )
+    return {
+        "status": "derived",
+        "derived_from": "single-node fit + NIC spec",
+        "source": (
+            f"no row of this fit spans nodes: over nodes DeepEP normal / LL is priced with this fit's single-node "
+            f"terms (alpha, SM copy, NVLink) and the RDMA link of hardware/{gpu}.yaml's NIC x {share}; "
+            "alpha_node_us = rdma_node_decay = 0 (not observable). Not measured."
+        ),
     }
 
 
@@ -303,7 +334,7 @@ def _note(ad: A2AData, rows: DeepEPRows, one_node: bool, prm: dict, parent: dict
     if one_node:
         note += (
             "; single-node rows: alpha_node_us = rdma_node_decay = 0 (node growth not observable) and "
-            f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from the parent entry (H800 DeepEP README fit)"
+            f"rdma_frac_nominal = {prm['rdma_frac_nominal']} pinned from the parent entry ({parent_origin(parent)})"
         )
         knots = parent_knots(parent)
         if knots:  # the parent measured the NIC share per node count: the same library's, so carried

@@ -16,6 +16,11 @@ calibration/measurements/README.md.
 Never opened: the `h100_sxm` system (this project's out-of-sample validation set), any
 `silicon_sample` file and any end-to-end (e2e) serving table.
 
+Refused (not imported; `REFUSED:` lines of the summary, the next older version is tried): a table
+whose rows name another GPU in their `device` column, or whose bytes (whole file, or every measured
+column) are another system's same-named table; the other systems' files are compared as bytes,
+never parsed (aiconfigurator_integrity.py).
+
 Columns dropped (kept nowhere, or only inside `source` / `lib_versions` / `note`):
   framework, version    -> lib_versions ("<framework> <version>"); the folder version is in `source`
   op_name               -> kernel / mode / op (it names the table's kernel, nothing more)
@@ -45,6 +50,7 @@ from pathlib import Path
 import yaml
 
 from moesim.calibration.importers import aiconfigurator_tables as T
+from moesim.calibration.importers.aiconfigurator_integrity import integrity_problem
 from moesim.calibration.records import SIZE_COLUMNS, write_rows
 from moesim.errors import CalibrationError
 
@@ -81,6 +87,7 @@ class ImportSummary:
 
     files: list[dict] = field(default_factory=list)  # path, table, version, rows, excluded, dropped
     notes: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # tables failing an integrity check: why, never imported
 
     def lines(self) -> list[str]:
         out = []
@@ -90,7 +97,7 @@ class ImportSummary:
                 f"{f['path']}: {f['rows']} rows ({f['excluded']} excluded) from {f['table']} {f['version']}"
                 + (f"; not written: {drop}" if drop else "")
             )
-        return out + [f"note: {n}" for n in self.notes]
+        return out + [f"REFUSED: {r}" for r in self.refused] + [f"note: {n}" for n in self.notes]
 
 
 def locate_systems(data_dir: Path | None = None) -> Path:
@@ -226,8 +233,12 @@ def _note_once(summary: ImportSummary, note: str) -> None:
         summary.notes.append(note)
 
 
-def choose(files: list[Path], table: str, summary: ImportSummary) -> Path | None:
-    """The newest file whose status is complete (or unrecorded); failed refuses, partial is skipped."""
+def choose(
+    files: list[Path], table: str, summary: ImportSummary, systems: Path | None = None, system: str = ""
+) -> Path | None:
+    """The newest file whose status is complete (or unrecorded) and that passes the integrity checks
+    (with `systems`: aiconfigurator_integrity); failed refuses the import, partial and refused files
+    are skipped (the next older version is tried)."""
     import pyarrow.parquet as pq  # lazy: pyarrow is the optional extra's (row counts of skipped tables)
 
     for f in files:
@@ -238,10 +249,21 @@ def choose(files: list[Path], table: str, summary: ImportSummary) -> Path | None
             n = pq.ParquetFile(f).metadata.num_rows
             _note_once(summary, f"{_where(f)}: partial collection ({n} rows), skipped")
             continue
+        if systems is not None and refused(f, systems, system, summary):
+            continue
         if status not in ("complete", ""):
             _note_once(summary, f"{_where(f)}: collection status {status!r}, imported as complete")
         return f
     return None
+
+
+def refused(f: Path, systems: Path, system: str, summary: ImportSummary) -> bool:
+    """True (and the reason in summary.refused) when `f` fails an integrity check: its rows name
+    another GPU, or it is a copy of another system's table (aiconfigurator_integrity)."""
+    why = integrity_problem(f, systems, system)
+    if why and not any(r.startswith(_where(f)) for r in summary.refused):
+        summary.refused.append(f"{_where(f)}: not imported: {why}")
+    return bool(why)
 
 
 def sort_rows(frame):
@@ -283,9 +305,9 @@ def import_engine(
     outdir = Path(out_root) / gpu / engine
     written = set()
     files = table_files(sysdir, engine, summary, current_version(systems, system, engine))
-    picks = {t: choose(fs, t, summary) for t, fs in files.items()}
+    picks = {t: choose(fs, t, summary, systems, system) for t, fs in files.items()}
     nccl = nccl_file(sysdir, (spec.get("misc") or {}).get("nccl_version"))
-    if nccl is not None:
+    if nccl is not None and not refused(nccl, systems, system, summary):
         picks["nccl_perf"] = nccl
     for table, f in sorted(picks.items()):
         if f is None:
