@@ -174,7 +174,10 @@ def test_single_node_deepep_rows_take_the_parents_nic_share_per_node_count():
         "rdma_knot_frac": [0.9, 0.45],
     }
     assert parent_knots({"params": {"rdma_frac_nominal": 0.88}}) == {} and parent_knots(None) == {}
+    # H200 vLLM's single-node DeepEP-normal fit: over nodes, its parent's NIC share (the H800 README fit
+    # SGLang's H200 profile inherits, issue 27) and marked derived
     vllm = load_profile(load_hardware("h200"), engine="vllm").data["comm"]["deepep-normal"]
     sgl = load_profile(load_hardware("h200"), engine="sglang").data["comm"]["deepep-normal"]
     for op in ("dispatch", "combine"):
-        assert vllm[op]["params"]["rdma_knot_frac"] == sgl[op]["params"]["rdma_knot_frac"]
+        assert vllm[op]["params"]["rdma_frac_nominal"] == sgl[op]["params"]["rdma_frac_nominal"]
+        assert vllm[op]["internode"]["status"] == "derived"
