@@ -85,8 +85,8 @@ def imbalance_factors(model, hw, grid: Grid, phase, expert_skew="auto", context_
             notes.append(
                 f"slowest EP rank receives {factors[1][0]:.2f}x the mean routed load ({factors[2][0]:.2f}x "
                 f"per micro-batch of two) (expert_skew={expert_skew}: {skew_source(model, expert_skew)}"
-                f"{'; EPLB over the redundant slots' if grid.redundant[0] else '; no redundant experts'}): applied "
-                f"to the expert GEMMs, dispatch and combine"
+                f"{'; EPLB over the redundant slots' if grid.redundant[0] else '; no redundant experts'}): its experts "
+                f"priced on its own pairs and the experts they touch, dispatch and combine on its extra bytes"
             )
     cv = I.context_dist(context_dist)
     if phase != Phase.PREFILL and cv > 0:
