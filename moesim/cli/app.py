@@ -222,6 +222,10 @@ def _bad_number(e, argv) -> str | None:
 
 
 def main(argv=None):
+    if sys.stdout is None:  # started with stdout closed (`moesim models >&-`): nothing can be printed
+        sys.exit(BROKEN_PIPE_STATUS)
+    if sys.stderr is None:  # stderr closed (`2>&-`): errors go nowhere rather than crash on the echo
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives for the process
     try:
         rc = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # here, not at exit: a full disk or a closed pipe is reported below
