@@ -30,8 +30,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
-
 from moesim.enums import CommMode, Phase
 from moesim.specs.engine import PATHS, EngineModel, load_engine_model
 
@@ -364,8 +362,3 @@ def launch_text(configs: list[tuple[str, dict, str | None]], gpus_per_node: int 
         else:
             lines += launch_commands(cfg, engine, role=role, gpus_per_node=gpus_per_node, mnnvl=mnnvl)
     return "\n".join(lines)
-
-
-def paths_of(values: dict) -> np.ndarray:
-    """The `moe_comm` column of evaluated values (for callers comparing with `executed`)."""
-    return np.asarray(values.get("moe_comm"), dtype=object)

@@ -69,10 +69,6 @@ class EngineModel:
         """``sglang 0.5.23``: what outputs print next to a launch command and a priced engine."""
         return f"{self.engine.value} {self.release}"
 
-    def pins(self) -> dict:
-        """PyPI distribution -> pinned release of the server and its PD router."""
-        return {self.dist: self.release, self.router_dist: self.router_release}
-
     def source(self, key: str) -> str:
         return self.sources.get(key, "")
 
