@@ -39,7 +39,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("moesim.api", "moesim", "moesim.__main__"),
 ]
 TOP_LEVEL_ALLOWED = {"api", "units", "enums", "errors", "fsio", "__init__", "__main__"}
-MAX_FUNCTION_LINES = 60  # lines of code in the body: no blank, comment-only or docstring lines
+MAX_FUNCTION_LINES = 60  # lines of code, signature included: no blank, comment-only or docstring lines
+MAX_PARAMETERS = 10  # a function's parameters (self / cls not counted; *args and **kw count one each)
 MAX_MODULE_LINES = 400  # all lines of the file
 
 
@@ -198,15 +199,27 @@ def long_functions(source: str, where: str = "<src>", limit: int = MAX_FUNCTION_
     for node in ast.walk(_tree(source)):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        body = node.body
-        first = body[0]
+        lines = set(range(node.lineno, node.end_lineno + 1))  # the signature counts (issue 28)
+        first = node.body[0]
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            body = body[1:]  # the docstring
-        if not body:
-            continue
-        n = len(code & set(range(body[0].lineno, node.end_lineno + 1)))
+            lines -= set(range(first.lineno, first.end_lineno + 1))  # the docstring
+        n = len(code & lines)
         if n > limit:
             bad.append(f"{where}:{node.lineno} {node.name}() has {n} lines of code (max {limit})")
+    return bad
+
+
+def many_parameters(source: str, where: str = "<src>", limit: int = MAX_PARAMETERS) -> list[str]:
+    """Functions taking more than `limit` parameters: settings travel as one object (issue 28)."""
+    bad = []
+    for node in ast.walk(_tree(source)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        a = node.args
+        names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        n = len(names) + (a.vararg is not None) + (a.kwarg is not None) - (names[:1] in (["self"], ["cls"]))
+        if n > limit:
+            bad.append(f"{where}:{node.lineno} {node.name}() takes {n} parameters (max {limit})")
     return bad
 
 
@@ -281,8 +294,11 @@ def test_rules_can_fail():
     assert cycles({"a": {"a"}}) == [["a"]]
     assert not cycles({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}})
     assert extra_top_level(["api", "units", "plot"]) == ["plot"]
-    long_src = "def f():\n    '''doc'''\n" + "    x = 1\n    # note\n\n" * 61
-    assert long_functions(long_src) and not long_functions(long_src, limit=61)
+    long_src = "def f():\n    '''doc'''\n" + "    x = 1\n    # note\n\n" * 60
+    assert long_functions(long_src) and not long_functions(long_src, limit=61)  # 60 + the signature
+    wide = "def f(" + ", ".join(f"a{i}" for i in range(11)) + "):\n    pass\n"
+    assert many_parameters(wide) and not many_parameters(wide, limit=11)
+    assert not many_parameters("class C:\n    def m(self, " + ", ".join(f"a{i}" for i in range(10)) + "): pass\n")
     lazy = "def f():\n    y = 1  # not about the import\n    import os\n    # pandas: start-up time\n    import pandas\n    import numpy\n    x = 1\n    import json\n"
     assert [s.split(" ", 1)[1] for s in uncommented_lazy_imports(lazy)] == [
         "import os (lazy, no comment)",
@@ -321,6 +337,11 @@ def test_few_top_level_modules():
 def test_no_long_functions():
     bad = [b for rel, text in package_sources().values() for b in long_functions(text, rel)]
     _fail("functions over the limit", bad)
+
+
+def test_few_parameters():
+    bad = [b for rel, text in package_sources().values() for b in many_parameters(text, rel)]
+    _fail("functions taking too many parameters", bad)
 
 
 def test_no_long_modules():
