@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.perf.models.custom_ar import NAME as CUSTOM_AR
+from moesim.perf.models.nccl_proto import NAME as NCCL_PROTO
 from moesim.workload.comm import DEEPEP_NORMAL_SMS  # noqa: F401  (re-exported for the reader)
 
 
@@ -90,7 +92,6 @@ def inter_node_allreduce_terms(n, domain, message_bytes, nic_Bps, nic_latency_s)
 # baseLat + nsteps * hwLat and a bus bandwidth; LL sends 8 B of flag per 8 B of data, LL128 8 B per
 # 120 B, Simple whole chunks behind a fence), and NVLS (NVSwitch multicast reduction, SM90+).
 NCCL_PROTOCOLS = ("ll", "ll128", "simple")
-NCCL_PROTO, CUSTOM_AR = "nccl_proto", "custom_ar"  # profile model names (moesim.perf.profile.schema)
 NVLS_DTYPES = ("fp16", "bf16", "fp32")  # multimem.ld_reduce reduces 16/32-bit floats; no 8-bit types
 
 
@@ -162,7 +163,7 @@ def custom_ar_candidates(p: dict, n, message_bytes, ring_bytes, link_Bps):
 
 
 def collective_entry_terms(e: dict, op: str, n, message_bytes, ring_bytes, link_Bps, custom=True):
-    """(alpha_s, wire_s) priced by a timed collectives entry (`nccl_proto` / `collective_v2`) and
+    """(alpha_s, wire_s) priced by a timed collectives entry (`nccl_proto`) and
     its `custom` backends: a custom all-reduce replaces NCCL up to its `max_bytes` where faster
     (the engine's size switch). NVLS where a nccl_proto entry allows it: engines all-reduce
     16-bit activations. custom=False: NCCL only (the engines' custom all-reduce is single-node:
@@ -178,8 +179,8 @@ def collective_entry_choice(e: dict, op: str, n, message_bytes, ring_bytes, link
     engine's switch: a custom backend where the message is <= its max_bytes and it is faster, else
     NCCL), "nccl" (the entry alone) or "custom" (the custom backends alone; wire_s inf above their
     max_bytes, where the engine does not run them). `algorithm`: a str array naming what priced
-    each element, "nccl LL" / "nccl LL128" / "nccl Simple" / "nccl NVLS" (nccl_proto), "nccl ring"
-    / "nccl one-shot" (collective_v2), "custom one-shot" / "custom two-shot" (custom_ar)."""
+    each element, "nccl LL" / "nccl LL128" / "nccl Simple" / "nccl NVLS" (nccl_proto),
+    "custom one-shot" / "custom two-shot" (custom_ar)."""
     backends = [(e, None)] if library != "custom" else []
     if library != "nccl":
         backends += [(c, c["max_bytes"]) for c in (e.get("custom") or {}).values()]
@@ -207,10 +208,7 @@ def _entry_candidates(p: dict, model: str, op: str, n, message_bytes, ring_bytes
         return nccl_proto_candidates(p, op, n, message_bytes, ring_bytes, link_Bps)
     if model == CUSTOM_AR:
         return custom_ar_candidates(p, n, message_bytes, ring_bytes, link_Bps)
-    # collective_v2: alpha_us + step_us per latency step, ring or one-shot at bw_efficiency x link
-    bw = link_Bps * float(p["bw_efficiency"])
-    cands = ring_one_shot_candidates(op, n, message_bytes, ring_bytes, float(p["step_us"]) * 1e-6)
-    return [(k, a + float(p["alpha_us"]) * 1e-6, np.asarray(b, float) / bw) for k, a, b in cands]
+    raise ValueError(f"collectives: model {model!r} is not a timed collective ({NCCL_PROTO}, {CUSTOM_AR})")
 
 
 def _fastest(alphas, wires):

@@ -9,7 +9,7 @@ Efficiency is defined against the roofline of the kernel's own work:
     T_roofline = max(F / P, (B_in + B_out) / W)
 
 with F = FLOPs, B_in = bytes read, B_out = bytes written, P = dense tensor peak of the dtype,
-W = HBM bandwidth (hardware spec). The fitted model ("overlap_v1") is
+W = HBM bandwidth (hardware spec). The fitted model ("overlap_v1", moesim.perf.models.overlap_v1) is
 
     T_model = t0 + smax_q(F / (P * eta_c * u), B_in / (W * eta_m * u)) + B_out / W
     u       = 1 - exp(-x / c)      x = thread blocks (CTAs) of the kernel per SM
@@ -141,54 +141,6 @@ def gemm_tiling(m, n, groups, sms, tile_pad=None, bm_max: float = 128.0, bn_max:
     return tuple(v[inv.ravel()].reshape(shape) for v in best[1:])
 
 
-K_BLOCK = 128.0  # DeepGEMM / CUTLASS FP8 block-scaled main loop: one k-block = 128 (one scale)
-
-
-def waves_time(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, load_rows=None):
-    """T_model of the waves_v1 form (tile and wave quantization, issue 14 sec. 3; p: the entry's
-    params eta_c, eta_m, alpha_us, kb_ns, sm_GBps):
-
-        T    = alpha + max(T_c, B_in / (W eta_m)) + B_out / W
-        T_c  = ceil(CTAs / SMs) * ceil(k / 128) * t_kb
-        t_kb = max(2 BM BN 128 / (P / SMs * eta_c),  (BM + BN) 128 in_bytes / sm_bw,  kb_ns)
-
-    Every SM runs one padded BM x BN output tile per wave; its main loop walks k in 128-wide
-    blocks, each bound by the tensor cores (eta_c of the SM's share of the peak), by the SM's own
-    load bandwidth sm_bw, or by the k-block pipeline latency kb_ns (no split-K: one CTA walks all
-    of k, which is what makes small-m, large-k GEMMs slow). Below one wave the time is that of one
-    CTA (speed linear in CTAs); past each multiple of SMs CTAs a whole wave is added. The whole
-    kernel also streams its inputs through HBM at eta_m; alpha is the fixed per-call latency.
-    load_rows: A + B rows a CTA loads per k-block (default BM + BN; a TMA multicast cluster of 2
-    fetches one operand once for both, moesim.perf.deepgemm_layout); the MMA runs at least 64 rows
-    (the SM90 WGMMA instruction's M) whatever BM."""
-    return np.maximum(*waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p, load_rows)[:2])
-
-
-def waves_sides(b_in, b_out, ctas, bm, bn, k, in_bytes, sms, peak, bw, p: dict, load_rows=None):
-    """(compute side, memory side, alpha) of waves_time, whose max of the sides is waves_time: the
-    tensor-core math of the main loop (waves x k-blocks x t_math) and its load path (the SM's load
-    rate and the k-block pipeline latency, or the HBM stream B_in / (W eta_m)), each plus alpha +
-    B_out / W. Each side is non-increasing in P and W; the larger one is the kernel's bound."""
-    ctas = np.maximum(np.asarray(ctas, float), 1.0)
-    waves = np.ceil(ctas / sms - 1e-9)
-    bm, bn = np.asarray(bm, float), np.asarray(bn, float)
-    rows = bm + bn if load_rows is None else np.asarray(load_rows, float)
-    t_math = 2.0 * np.maximum(bm, 64.0) * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
-    t_load = rows * K_BLOCK * in_bytes / (float(p["sm_GBps"]) * 1e9)
-    steps = waves * np.ceil(np.asarray(k, float) / K_BLOCK)  # k-blocks each SM walks
-    t_c = steps * t_math
-    t_m = np.maximum(
-        steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(b_in, float) / (bw * float(p["eta_m"]))
-    )
-    alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(b_out, float) / bw
-    return alpha + t_c + t_out, alpha + t_m + t_out, alpha
-
-
-def stream_time(nbytes, bw, p: dict):
-    """A streaming kernel (FP8 activation quant, permute): alpha + bytes / (W eta_m)."""
-    return float(p["alpha_us"]) * 1e-6 + np.asarray(nbytes, float) / (bw * float(p["eta_m"]))
-
-
 def quant_ctas(m, k, group: float = 128.0):
     """CTAs of SGLang's FP8 input quant (sgl-kernel per_token_group_quant_8bit, sgl-project/sglang
     sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu): 16 / 8 / 4 / 2 / 1 groups of `group` elements per CTA,
@@ -285,23 +237,6 @@ def smax(a, b, q=np.inf):
     hi = np.maximum(a, b)
     safe = np.where(hi > 0, hi, 1.0)
     return hi * ((a / safe) ** q + (b / safe) ** q) ** (1.0 / q)
-
-
-def overlap_time(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
-    """T_model of the overlap_v1 form (module docstring)."""
-    return np.maximum(*overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q)[:2])
-
-
-def overlap_sides(flops, b_in, b_out, ctas_per_sm, peak, bw, eta_c, eta_m, t0_s, c, q=np.inf):
-    """(compute side, memory side, t0) of overlap_time (smax_sides), whose max of the sides is overlap_time."""
-    x = np.asarray(ctas_per_sm, float)
-    u = -np.expm1(-np.maximum(x, 1e-12) / max(float(c), 1e-12))
-    u = np.maximum(u, 1e-12)
-    main_c, main_m = smax_sides(
-        np.asarray(flops, float) / (peak * eta_c * u), np.asarray(b_in, float) / (bw * eta_m * u), q
-    )
-    t_out = np.asarray(b_out, float) / bw
-    return t0_s + main_c + t_out, t0_s + main_m + t_out, t0_s
 
 
 def smax_sides(a, b, q=np.inf):

@@ -107,7 +107,7 @@ def test_fit_recovers_synthetic_parameters():
 
 
 def _profile(entry):
-    data = {"schema_version": 1, "gpu": "h200", "roofline": {"sms": SMS, "hbm_bw_GBps": 4800, "tflops": {"bf16": 989}}}
+    data = {"schema_version": 2, "gpu": "h200", "roofline": {"sms": SMS, "hbm_bw_GBps": 4800, "tflops": {"bf16": 989}}}
     data["kernels"] = {"mla_decode": entry}
     S.validate(data, "test")
     return Profile(S.fill_sections(data))

@@ -332,7 +332,7 @@ def test_unknown_schema_version_asks_for_an_upgrade(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text", ["schema_version: 1\ngpu: h800\nkernels: {gemm: [unclosed\n", "\x00\x01 ::: [", "- just\n- a list\n", ""]
+    "text", ["schema_version: 2\ngpu: h800\nkernels: {gemm: [unclosed\n", "\x00\x01 ::: [", "- just\n- a list\n", ""]
 )
 def test_corrupted_profile_is_one_line_error(tmp_path, text):
     path = _copy_profile(tmp_path, text=text)
@@ -437,7 +437,7 @@ def test_interrupted_fit_leaves_the_previous_profile(tmp_path, monkeypatch):
     before = out.read_text()
     monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        F.write_profile({"schema_version": 1, "gpu": "h800"}, out)
+        F.write_profile({"schema_version": 2, "gpu": "h800"}, out)
     assert out.read_text() == before
 
 

@@ -1,5 +1,5 @@
 """Communication physics of issue 14: DeepEP LL copies, LL launch SMs, the deepep_v2 model and fit,
---comm-sms, the collective_v2 (NCCL alpha(n), custom all-reduce) fit and pricing."""
+--comm-sms, the nccl_proto (NCCL protocols, custom all-reduce) fit and pricing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from moesim.calibration.fit.collectives import CollRows, _nvls_choice, fit_collective_v2
+from moesim.calibration.fit.collectives import CollRows, _nvls_choice, fit_nccl_entry
 from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.comm_deepep import NAMES, fit_deepep_v2
 from moesim.calibration.fit.peaks import Peaks
@@ -282,7 +282,7 @@ def test_custom_ar_one_shot_for_small_two_shot_for_large():
 
 @pytest.mark.slow  # leave-one-shape-out over 63 + 63 shapes (seconds)
 def test_nccl_proto_fit_recovers_segments_nvls_and_custom_switch():
-    e = fit_collective_v2(_nccl_rows(np.random.default_rng(1)), "all_reduce", PEAKS, "h200", None)
+    e = fit_nccl_entry(_nccl_rows(np.random.default_rng(1)), "all_reduce", PEAKS, "h200", None)
     p = e["params"]
     assert e["model"] == S.NCCL_PROTO and p["nvls_min_gpus"] == 8
     assert p["simple_bw_frac"] == pytest.approx(0.9, rel=0.05) and p["nvls_bw_frac"] == pytest.approx(0.75, rel=0.05)

@@ -11,8 +11,9 @@ import pandas as pd
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf import deepgemm_layout as L
+from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import DEEPGEMM_SM90, DEEPGEMM_SM100, entry_keys, model_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_SM90, DEEPGEMM_SM100, entry_keys, waves_parts
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
@@ -53,7 +54,7 @@ def test_layout_rules_hold_over_a_grid():
 
 
 def _t(shape):
-    return model_time(S.WAVES, "gemm", "fp8_block", SMS, PEAK, BW, P, shape)
+    return waves_v1.model_time("gemm", "fp8_block", SMS, PEAK, BW, P, shape)
 
 
 def test_tiling_key_moves_the_modelled_time():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.perf import deepgemm_layout_sm100 as L
-from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import DEEPGEMM_SM90, DEEPGEMM_SM100, model_time, waves_parts
+from moesim.perf.models import waves_v1
+from moesim.perf.profile.work import DEEPGEMM_SM90, DEEPGEMM_SM100, waves_parts
 
 SMS, PEAK, BW = 148, 4500e12, 8e12
 P = {"eta_c": 0.7, "eta_m": 0.72, "alpha_us": 5.0, "kb_ns": 100.0, "sm_GBps": 140.0}
@@ -49,7 +49,7 @@ def test_layout_rules_hold_over_a_grid():
 
 def test_sm100_tiling_key_moves_the_modelled_time_and_grouped_shapes_keep_gemm_tiling():
     def t(shape, key):
-        return model_time(S.WAVES, "gemm", "fp8_block", SMS, PEAK, BW, P, {**shape, "tiling": key})
+        return waves_v1.model_time("gemm", "fp8_block", SMS, PEAK, BW, P, {**shape, "tiling": key})
 
     small = {"m": 129.0, "n": 1536.0, "k": 7168.0}  # 2 m blocks of 128 rows, not SM90's 64-row blocks
     assert t(small, DEEPGEMM_SM100) > 1.1 * max(t(small, None), t(small, DEEPGEMM_SM90))

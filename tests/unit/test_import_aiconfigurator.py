@@ -27,7 +27,7 @@ def _table(path, rows: list[dict], status="complete", extra=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{**(extra if extra is not None else DEV), **r} for r in rows]).to_parquet(path)
     meta = path.parent / "collection_meta.yaml"
-    doc = yaml.safe_load(meta.read_text()) if meta.exists() else {"schema_version": 1, "tables": {}}
+    doc = yaml.safe_load(meta.read_text()) if meta.exists() else {"schema_version": 2, "tables": {}}
     doc["tables"][path.stem] = {"status": status, "collected_at": "2026-07-31"}
     meta.write_text(yaml.safe_dump(doc))
 

@@ -12,8 +12,9 @@ from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf import efficiency as E
+from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import CONTIG_BLOCK_M, model_time, moe_parts, moe_rows, packed_touched, waves_parts
+from moesim.perf.profile.work import CONTIG_BLOCK_M, moe_parts, moe_rows, packed_touched, waves_parts
 from moesim.specs.loader import load_hardware
 
 DSV3 = dict(hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, tp=1.0)
@@ -77,9 +78,9 @@ def test_contiguous_passes_add_their_bytes():
 
 def test_host_floor_is_a_max_not_a_sum():
     shape = dict(DSV3, ep=np.array([2.0, 4.0]), tokens=np.array([32.0, 65536.0]), routing="packed")
-    args = (S.WAVES, "moe", "fp8_block", 132, 1979e12, 4.8e12)
-    gpu = model_time(*args, P, shape)
-    floor = model_time(*args, {**P, "host_us": 400.0}, shape)
+    args = ("moe", "fp8_block", 132, 1979e12, 4.8e12)
+    gpu = waves_v1.model_time(*args, P, shape)
+    floor = waves_v1.model_time(*args, {**P, "host_us": 400.0}, shape)
     assert gpu[0] < 400e-6 and floor[0] == pytest.approx(400e-6)  # small call: the host time
     assert gpu[1] > 400e-6 and floor[1] == pytest.approx(gpu[1])  # big call: the GPU work hides it
     S._Checker("x").fields("params", {**P, "host_us": 400.0, **MT.CONTIGUOUS_PASSES}, S.PARAMS[S.WAVES])
@@ -90,14 +91,14 @@ def test_fit_recovers_a_planted_host_floor_and_the_reader_prices_like_the_fit():
     d = _rows()
     true = {**P, "host_us": 380.0}
     shape = {**G._shape_of(d, "moe"), **MT.CONTIGUOUS_PASSES}
-    t = model_time(S.WAVES, "moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, true, shape)
+    t = waves_v1.model_time("moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, true, shape)
     d["time_s"] = t * np.random.default_rng(0).uniform(0.98, 1.02, len(d))
     e = G.fit_waves("moe", d, "fp8_block", "deepepmoe", peaks, "h200")
     p = e["params"]
     assert p["host_us"] == pytest.approx(380.0, rel=0.05) and p["pair_bytes"] == 3.0 and p["act_bytes"] == 9.0
     assert e["cv"]["median_abs_pct"] < 3.0
     # the reader's shape carries no pass keys nor routing: it takes the entry's pass bytes
-    priced = model_time(S.WAVES, "moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, p, shape)
+    priced = waves_v1.model_time("moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, p, shape)
     data = G.WavesData("moe", d, "fp8_block", peaks)
     np.testing.assert_allclose(priced, data.predict([p[n] for n in data.names], np.arange(len(d))), rtol=1e-9)
     masked = G.WavesData("moe", _rows("masked"), "fp8_block", peaks)

@@ -9,8 +9,9 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import moe_tables as MT
+from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import expanded_act_iters, model_time
+from moesim.perf.profile.work import expanded_act_iters
 
 MONO = "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"
 LAYER = dict(hidden=3072.0, n=1024.0, experts=256.0, topk=8.0)
@@ -42,8 +43,8 @@ def test_activation_time_is_the_same_at_every_ep():
     p = {**P, "act_iter_ns": 300.0}
     for ep in (1.0, 8.0, 256.0):
         shape = dict(LAYER, tokens=16384.0, ep=ep, routing="balanced")
-        base = model_time(S.WAVES, "moe", "fp8_block", SMS, PEAK, BW, p, shape)
-        more = model_time(S.WAVES, "moe", "fp8_block", SMS, PEAK, BW, p, {**shape, "expanded_act": 1.0})
+        base = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, shape)
+        more = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, {**shape, "expanded_act": 1.0})
         iters = _iters_brute(16384, 8, 1024, SMS)
         assert float(more - base) == pytest.approx(iters * 300e-9 / SMS)
 
@@ -52,8 +53,8 @@ def test_the_entry_flag_prices_the_reader_like_the_fit():
     """A fitted entry carries expanded_act (a pass key) and act_iter_ns: the reader's shape gets the flag."""
     p = {**P, "act_iter_ns": 300.0, "expanded_act": 1.0}
     shape = dict(LAYER, tokens=2048.0, ep=32.0, routing="balanced")
-    off = model_time(S.WAVES, "moe", "fp8_block", SMS, PEAK, BW, {**p, "expanded_act": 0.0}, shape)
-    on = model_time(S.WAVES, "moe", "fp8_block", SMS, PEAK, BW, p, shape)
+    off = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, {**p, "expanded_act": 0.0}, shape)
+    on = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, shape)
     assert float(on) > float(off)
     S._Checker("x").fields("params", p, S.PARAMS[S.WAVES])  # allowed waves_v1 params
 
@@ -95,8 +96,7 @@ def test_fit_recovers_the_iteration_time():
     d = _rows(MONO)
     shape = {c: d[c].values.astype(float) for c in ("tokens", "hidden", "n", "experts", "topk", "ep", "tp")}
     p = {**P, "act_iter_ns": 300.0, "expanded_act": 1.0, "token_bytes": MT.FINALIZE_BYTES}
-    d["time_s"] = model_time(
-        S.WAVES,
+    d["time_s"] = waves_v1.model_time(
         "moe",
         "fp8_block",
         peaks.sms,

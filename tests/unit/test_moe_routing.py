@@ -10,8 +10,8 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.records import COLUMNS
-from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import model_time, moe_parts, rank0_clamped_rows, rank0_tile_padding
+from moesim.perf.models import waves_v1
+from moesim.perf.profile.work import moe_parts, rank0_clamped_rows, rank0_tile_padding
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
@@ -52,7 +52,7 @@ def test_rank0_clamped_is_balanced_at_ep1_and_does_not_halve_at_ep2():
 def test_rank0_clamped_time_vs_balanced():
     shape = dict(LAYER, tokens=np.array([4096.0]))
     t = {
-        (r, ep): float(model_time(S.WAVES, "moe", "fp8", SMS, PEAK, BW, P, {**shape, "ep": ep, "routing": r})[0])
+        (r, ep): float(waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, {**shape, "ep": ep, "routing": r})[0])
         for r in ("balanced", "rank0_clamped")
         for ep in (1.0, 2.0)
     }
@@ -80,7 +80,7 @@ def test_expert_map_remote_rows_cost_bytes_only_with_ep():
     per_row = 2.0 * (2.0 * 2048.0 + 2.0 * 7168.0) + 2048.0 * (4.0 + 2.0)
     assert float(act8[0] - act8b[0]) == pytest.approx(remote * per_row)
     t = [
-        float(model_time(S.WAVES, "moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 8.0, "routing": r})[0])
+        float(waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 8.0, "routing": r})[0])
         for r in ("balanced", "expert_map")
     ]
     assert t[1] > t[0]
@@ -121,6 +121,6 @@ def test_expert_map_local_experts_are_balanced():
     gb, _ = moe_parts("bf16", {**shape, "routing": "balanced"})
     ge, _ = moe_parts("bf16", {**shape, "routing": "expert_map"})
     assert np.allclose(gb[0][6], ge[0][6])  # touched experts: min(local, pairs), not the random expectation
-    tb = model_time(S.WAVES, "moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "balanced"})
-    te = model_time(S.WAVES, "moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "expert_map"})
+    tb = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "balanced"})
+    te = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "expert_map"})
     assert np.allclose(tb, te)

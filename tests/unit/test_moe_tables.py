@@ -107,13 +107,13 @@ def test_routing_keys_by_backend_and_model():
 
 def test_token_bytes_param_prices_the_reader_like_the_fit():
     """A fitted moe entry carries its backend's token_bytes; model_time adds those bytes at eta_m."""
+    from moesim.perf.models import waves_v1
     from moesim.perf.profile import schema as S
-    from moesim.perf.profile.work import model_time
 
     p = {"eta_c": 0.3, "eta_m": 0.7, "alpha_us": 30.0, "kb_ns": 20.0, "sm_GBps": 300.0}
     shape = dict(DSV3, tokens=4096.0, ep=64.0, routing="balanced")
-    base = model_time(S.WAVES, "moe", "fp8_block", 132, 1979e12, 4.8e12, p, shape)
-    more = model_time(S.WAVES, "moe", "fp8_block", 132, 1979e12, 4.8e12, {**p, "token_bytes": 6.0}, shape)
+    base = waves_v1.model_time("moe", "fp8_block", 132, 1979e12, 4.8e12, p, shape)
+    more = waves_v1.model_time("moe", "fp8_block", 132, 1979e12, 4.8e12, {**p, "token_bytes": 6.0}, shape)
     assert float(more - base) == pytest.approx(4096.0 * 7168.0 * 6.0 / (4.8e12 * 0.7))
     checker = S._Checker("x")
     checker.fields("params", {**p, "token_bytes": 6.0}, S.PARAMS[S.WAVES])  # an allowed waves_v1 param

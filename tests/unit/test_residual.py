@@ -15,11 +15,11 @@ from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.fit.profile import residual_file, write_profile, write_residuals
 from moesim.calibration.records import COLUMNS
 from moesim.errors import CalibrationError
+from moesim.perf.models import waves_v1
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import entry_provenance
 from moesim.perf.profile.reader import Profile, read_profile_file
-from moesim.perf.profile.work import model_time
 from moesim.specs.loader import load_hardware
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
@@ -30,7 +30,7 @@ KS = np.array([512, 2048, 7168, 16384], float)
 
 
 def _phys(m, n, k, bw=BW):
-    return model_time(S.WAVES, "gemm", "fp8", SMS, PEAK, bw, P, {"m": m, "n": n, "k": k})
+    return waves_v1.model_time("gemm", "fp8", SMS, PEAK, bw, P, {"m": m, "n": n, "k": k})
 
 
 def _grid():

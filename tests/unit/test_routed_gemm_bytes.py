@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from moesim.perf import efficiency as E
-from moesim.perf.profile.work import kernel_work, model_sides
+from moesim.perf.models import waves_v1
+from moesim.perf.profile.work import kernel_work
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 # a load-path-bound fitted kernel: the k-loop of one CTA (ceil(k / 128) x kb_ns) is slower than
@@ -34,7 +35,7 @@ def _op_memory_side(m, active, p):
     _, b_w, b_a, b_o = matmul_work(rows, N, K, weights=active, w_bytes=1.0, a_bytes=1.0, out_bytes=2.0, block=0)
     sh = _routed_shape(m, active)
     _, b_in, b_out, _ = kernel_work("grouped_gemm", "fp8_block", SMS, sh)
-    _, mem, alpha = model_sides("waves_v1", "grouped_gemm", "fp8_block", SMS, PEAK, BW, p, sh)
+    _, mem, alpha = waves_v1.model_sides("grouped_gemm", "fp8_block", SMS, PEAK, BW, p, sh)
     return alpha + (b_w + b_a + b_o) / (b_in + b_out) * (mem - alpha), alpha
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from moesim.perf import efficiency as E
+from moesim.perf.models import waves_v1
 
 RNG = np.random.default_rng(14)
 WAVES_P = {"eta_c": 0.73, "eta_m": 0.79, "alpha_us": 9.9, "kb_ns": 50.0, "sm_GBps": 96.5}
@@ -33,9 +34,8 @@ def _waves(peak, bw, m):
     n, k = 7168.0, 2048.0
     _, b_in, b_out = E.gemm_work(m, n, k, 1.0, 1.0, 2.0)
     ctas, bm, bn = E.gemm_tiling(m, n, 1.0, SMS)
-    return E.waves_sides(b_in, b_out, ctas, bm, bn, k, 1.0, SMS, peak, bw, WAVES_P), E.waves_time(
-        b_in, b_out, ctas, bm, bn, k, 1.0, SMS, peak, bw, WAVES_P
-    )
+    part = waves_v1.Part(b_in, b_out, ctas, bm, bn, k, 1.0)
+    return waves_v1.waves_sides(part, SMS, peak, bw, WAVES_P), waves_v1.waves_time(part, SMS, peak, bw, WAVES_P)
 
 
 def test_waves_sides_are_the_model_and_decode_is_memory_bound():

@@ -91,8 +91,8 @@ def test_fit_records_the_tiling_and_the_reader_prices_with_it():
     model_time, which then reproduces the fit's own prediction (one model for both sides)."""
     from moesim.calibration.fit import gemm as G
     from moesim.calibration.fit.peaks import Peaks
-    from moesim.perf.profile import schema as S
-    from moesim.perf.profile.work import entry_keys, model_time
+    from moesim.perf.models import waves_v1
+    from moesim.perf.profile.work import entry_keys
     from moesim.specs.loader import load_hardware
 
     rows = [
@@ -108,7 +108,7 @@ def test_fit_records_the_tiling_and_the_reader_prices_with_it():
     assert e["model_keys"] == {"tiling": T.TRITON_FUSED_MOE}
     shape = {c: d[c].values for c in ("tokens", "hidden", "n", "experts", "topk", "ep", "tp")}
     shape = {**shape, "routing": "expert_map", **entry_keys("moe", e)}
-    priced = model_time(S.WAVES, "moe", "bf16", peaks.sms, peaks.peak("bf16"), peaks.hbm_Bps, e["params"], shape)
+    priced = waves_v1.model_time("moe", "bf16", peaks.sms, peaks.peak("bf16"), peaks.hbm_Bps, e["params"], shape)
     data = G.WavesData("moe", d, "bf16", peaks)
     fitted = data.predict([e["params"][k] for k in data.names], np.arange(len(d)))
     np.testing.assert_allclose(priced, fitted, rtol=1e-4)  # params are rounded to 5 significant digits

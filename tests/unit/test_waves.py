@@ -11,16 +11,17 @@ from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.records import COLUMNS
 from moesim.perf import efficiency as E
+from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import Profile, pick_variant
-from moesim.perf.profile.work import QUANT_BYTES_PER_ELEM, model_time, moe_rows
+from moesim.perf.profile.work import QUANT_BYTES_PER_ELEM, moe_rows
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
 
 
 def gemm_t(m, n, k, p=P, groups=1.0):
-    return model_time(S.WAVES, "gemm", "fp8", SMS, PEAK, BW, p, {"m": m, "n": n, "k": k, "groups": groups})
+    return waves_v1.model_time("gemm", "fp8", SMS, PEAK, BW, p, {"m": m, "n": n, "k": k, "groups": groups})
 
 
 def test_wave_step_past_the_m_tile():
@@ -71,7 +72,7 @@ def test_moe_touched_experts_balanced_vs_random():
 
 def test_moe_layer_time_grows_with_touched_experts_then_saturates():
     shape = dict(hidden=7168, n=2048, experts=256, topk=8, ep=8, routing="balanced")
-    t = model_time(S.WAVES, "moe", "fp8", SMS, PEAK, BW, P, {**shape, "tokens": np.array([1.0, 8.0, 32.0, 64.0])})
+    t = waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, {**shape, "tokens": np.array([1.0, 8.0, 32.0, 64.0])})
     assert t[0] < t[1] < t[2]
     assert t[3] == pytest.approx(t[2], rel=0.15)  # all 32 local experts' weights read once
 
@@ -205,7 +206,7 @@ def test_table_families_variants_and_derived_grouped_gemm():
     frames = []
     for ep in (4.0, 8.0, 16.0, 32.0):
         shape = dict(tokens=tok, hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, ep=ep, routing="balanced")
-        t = model_time(S.WAVES, "moe", "fp8", SMS, PEAK, BW, {**P, "alpha_us": 20.0}, shape)
+        t = waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, {**P, "alpha_us": 20.0}, shape)
         cols = {k: v for k, v in shape.items() if k != "routing"}
         frames.append(_rows("moe", len(tok), **cols, tp=1.0, time_s=t, dtype="fp8_block", layout="masked"))
     m = np.repeat([1.0, 64.0, 4096.0], 5)

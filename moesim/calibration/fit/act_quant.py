@@ -11,7 +11,7 @@ so such rows are fitted as
 with t_quant a known per-row time (WavesData.known), the waves_v1 params fitted on the sum, and the
 measured residual R_gemm that of the GEMM part, (t_row - t_quant) / T_gemm (moesim.calibration.fit.residual).
 
-t_quant is the streaming quant pass (moesim.perf.efficiency.stream_time: alpha + m k (2 + 1 + 4/128) B /
+t_quant is the streaming quant pass (moesim.perf.models.stream_v1.stream_time: alpha + m k (2 + 1 + 4/128) B /
 (W eta_m), the bytes of moesim.perf.profile.work.kernel_work("quant")) with, in order of preference:
 
 * the profile's own fitted quant pass (stream_v1 entry of scale_matrix_perf: TRT-LLM torch_ops,
@@ -34,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.calibration.fit.peaks import Peaks
-from moesim.perf.efficiency import quant_ctas, stream_time
+from moesim.perf.efficiency import quant_ctas
+from moesim.perf.models.stream_v1 import stream_time
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work
 

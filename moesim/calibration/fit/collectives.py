@@ -195,7 +195,7 @@ def fit_custom(d: pd.DataFrame, peaks: Peaks, nccl: dict) -> dict:
     }
 
 
-def fit_collective_v2(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: int | None = None) -> dict | None:
+def fit_nccl_entry(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: int | None = None) -> dict | None:
     """The nccl_proto entry of `op` (NCCL rows; custom all-reduce backends under `custom`).
     `folds` is unused: CV leaves one shape out."""
     d = _rows(df, op)

@@ -93,7 +93,7 @@ def _scale_knots(p: dict, src_nom: dict, tgt_nom: dict) -> None:
 
 
 # waves_v1 params that are SM-pipeline rates in seconds: the k-block pipeline latency and the per-SM load
-# rate (moesim.perf.efficiency.waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow
+# rate (moesim.perf.models.waves_v1.waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow
 # the SM clock. Within one SM generation (the same tensor-core FLOP per cycle per SM) the clock ratio is
 # the ratio of per-SM dense peaks: (P_tgt / SMs_tgt) / (P_src / SMs_src). 1 between H200, H100 and H800.
 CLOCK_PARAMS = {"kb_ns": -1, "sm_GBps": 1}  # param -> exponent of the clock ratio

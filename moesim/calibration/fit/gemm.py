@@ -1,7 +1,7 @@
 """waves_v1 fits (GEMM, fused / grouped MoE) and stream_v1 fits (FP8 activation quant) on big
 measured tables (aiconfigurator: tens of thousands of rows per kernel).
 
-The time models are moesim.perf.efficiency.waves_time / stream_time through
+The time models are moesim.perf.models.waves_v1 / stream_v1 through
 moesim.perf.profile.work (one definition for the fit and the reader). Least squares on
 log(predicted / measured); cross-validation holds out whole SHAPES (GEMM: (n, k); MoE: the layer
 dims and parallelism), 10 folds over the distinct shapes, so a held-out row's shape was never seen.
@@ -21,9 +21,11 @@ from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text
 from moesim.calibration.fit.peaks import Peaks
+from moesim.perf.models import stream_v1
+from moesim.perf.models.waves_v1 import parts_time
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, parts_time, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -259,13 +261,11 @@ class StreamData:
         self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
 
     def predict(self, p, idx):
-        return p[0] * 1e-6 + self.nbytes[idx] / (self.bw * p[1])
+        return stream_v1.stream_time(self.nbytes[idx], self.bw, stream_v1.as_params(p))
 
     def fit(self, idx, x0=None):
         idx = _subset(idx)
-        return lsq(
-            lambda p: np.log(self.predict(p, idx) / self.t[idx]), [[2.0, 0.7], [10.0, 0.3]], [0.0, 0.005], [1e4, 1.0]
-        )
+        return stream_v1.fit(self.nbytes[idx], self.bw, self.t[idx], lsq)
 
 
 QUANT_NOTES = {

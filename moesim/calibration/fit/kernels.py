@@ -24,7 +24,7 @@ from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_media
 from moesim.calibration.fit.data import id_span, row_id, select_rows, sources_text
 from moesim.calibration.fit.gemm import fit_table_families
 from moesim.calibration.fit.peaks import Peaks
-from moesim.perf import efficiency as E
+from moesim.perf.models import overlap_v1
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import kernel_work
@@ -81,21 +81,13 @@ Q_MARGIN = 0.005  # a later q must improve the held-out median by half a percent
 
 
 def _overlap_predict(p, kd: KernelData, idx, q=np.inf):
-    return E.overlap_time(
-        kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx], kd.peak, kd.bw, p[0], p[1], p[2] * 1e-6, p[3], q
-    )
+    work = (kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx])
+    return overlap_v1.overlap_time(work, kd.peak, kd.bw, overlap_v1.as_params(p, q))
 
 
 def _overlap_fit(kd: KernelData, idx, q=np.inf):
-    lo = np.array([0.005, 0.005, 0.0, 0.005])
-    hi = np.array([1.0, 1.0, 1e5, 50.0])
-
-    def res(p):
-        return np.log(_overlap_predict(p, kd, idx, q) / kd.t[idx])
-
-    t0_guess = float(np.min(kd.t[idx])) * 1e6 * 0.3
-    starts = [[0.7, 0.8, t0_guess, c] for c in (0.05, 0.3, 2.0)] + [[0.3, 0.3, 0.0, 0.5]]
-    return lsq(res, starts, lo, hi)
+    work = (kd.F[idx], kd.b_in[idx], kd.b_out[idx], kd.x[idx])
+    return overlap_v1.fit(work, kd.peak, kd.bw, kd.t[idx], lsq, q)
 
 
 def _shape_cols(family: str) -> list[str]:

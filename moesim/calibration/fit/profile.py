@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 
 from moesim.calibration.fit import residual as R
-from moesim.calibration.fit.collectives import fit_collective_v2
+from moesim.calibration.fit.collectives import fit_nccl_entry
 from moesim.calibration.fit.comm import a2a_data, fit_a2a, fit_collective
 from moesim.calibration.fit.comm_bench import GLITCH_RULE
 from moesim.calibration.fit.comm_deepep import fit_deepep_v2
@@ -130,7 +130,7 @@ def _best_a2a(ad, mode: str, op: str, peaks: Peaks, gpu: str, folds, parent=None
 
 
 def _has_backends(df) -> bool:
-    """Collective rows that name their backend (imported tables): the collective_v2 fit."""
+    """Collective rows that name their backend (imported tables): the nccl_proto fit."""
     d = df[df.kernel.astype(str).str.startswith("nccl_all")]
     return len(d) > 0 and bool((d.backend.astype(str) != "").all())
 
@@ -138,7 +138,7 @@ def _has_backends(df) -> bool:
 def _collectives_section(df, peaks: Peaks, gpu: str, folds, parents: list[dict]) -> dict:
     collectives: dict = {}
     for op in S.COLLECTIVE_OPS:
-        e = fit_collective_v2(df, op, peaks, gpu, folds) if _has_backends(df) else None
+        e = fit_nccl_entry(df, op, peaks, gpu, folds) if _has_backends(df) else None
         e = e or fit_collective(df, op, peaks, gpu, folds) or _parent_entry(parents, "collectives", op)
         if e:
             collectives[op] = e

@@ -33,8 +33,6 @@ import yaml
 
 from moesim.enums import Engine
 from moesim.errors import CalibrationError
-from moesim.perf import attention_eff as A
-from moesim.perf import efficiency as E
 from moesim.perf.collectives import (
     DEEPEP_NORMAL_SMS,
     by_ep_params,
@@ -42,12 +40,13 @@ from moesim.perf.collectives import (
     deepep_entry_terms,
     deepep_ll_sms,
 )
+from moesim.perf.models import model
+from moesim.perf.models._kernel import KernelContext, residual_factor
+from moesim.perf.models.waves_v1 import fused_variant
 from moesim.perf.profile import measured as M
-from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.provenance import comm_provenance, entry_provenance, fit_status
-from moesim.perf.profile.variants import _measured_nominal, fused_variant, pick_variant
-from moesim.perf.profile.work import entry_keys, kernel_work, model_sides, peak_flops
+from moesim.perf.profile.provenance import comm_provenance, entry_provenance
+from moesim.perf.profile.variants import pick_variant
 from moesim.specs.data import relative_label, user_roots
 from moesim.specs.loader import data_root, read_text, yaml_problem
 
@@ -91,6 +90,12 @@ def _parse_profile_file(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CalibrationError(f"profile {path}: expected a mapping at top level, got {type(data).__name__}")
     version = data.get("schema_version")
+    if version in S.RETIRED_SCHEMA_VERSIONS:
+        raise CalibrationError(
+            f"profile {path}: schema_version {version!r} is retired (this moesim reads {S.SCHEMA_VERSION}: one "
+            "module per kernel model, moesim.perf.models); re-fit the profile from its CSVs with "
+            f"`moesim calibrate fit ... --out {path}`"
+        )
     if version != S.SCHEMA_VERSION:
         raise CalibrationError(
             f"profile {path}: schema_version {version!r} is not supported (this moesim reads {S.SCHEMA_VERSION}); "
@@ -168,7 +173,6 @@ class Profile:
             self.launch_s = float(hardware.kernel_launch_s)
         else:
             self.launch_s = float(launch.get("us", 0.0)) * 1e-6
-        self._knots: dict = {}  # (mode, op) -> per-EP knots with fractions of nominal
         self._tables = {fam: M.build_table(fam, self.kernels.get(fam)) for fam in M.TABLE_AXES}
 
     def launch_for(self, family: str) -> float:
@@ -187,112 +191,59 @@ class Profile:
         return relative_label(self.path, data_root())
 
     # ------------------------------------------------------------------ kernels
-    @staticmethod
-    def _dtype(family: str, e: dict, shape: dict) -> str:
-        dtype = shape.get("dtype") or e.get("dtype") or S.DEFAULT_DTYPE[family]
-        return str(getattr(dtype, "value", dtype)).lower()
+    def kernel_context(self) -> KernelContext:
+        """The live hardware the kernel models price with (built per call: a what-if view such as
+        moesim.perf.smscale's rescales _flops / _sms on a copy)."""
+        return KernelContext(self._flops, self._hbm, self._sms, self._fit_sms, self.path.parent if self.path else None)
 
-    def _work(self, family: str, e: dict, shape: dict):
-        dtype = self._dtype(family, e, shape)
-        return (*kernel_work(family, dtype, self._sms, shape), peak_flops(self._flops, dtype))
-
-    def _overlap_sides(self, p: dict, F, b_in, b_out, x, peak):
-        """overlap_v1 (compute side, memory side, t0) of an entry's params (moesim.perf.efficiency.overlap_sides)."""
-        q = p.get("q")  # load/compute combination exponent: absent or .inf -> max
-        q = np.inf if q is None else float(q)
-        e_c, e_m, t0, c = (float(p[k]) for k in ("eta_c", "eta_m", "t0_us", "c"))
-        return E.overlap_sides(F, b_in, b_out, x, peak, self._hbm, e_c, e_m, t0 * 1e-6, c, q)
-
-    def _attn_sides(self, family: str, e: dict, shape: dict):
-        """(compute side, memory side, fixed, F, B) of an mla_v2 attention entry (moesim.perf.attention_eff)."""
-        if any(shape.get(c) is None for c in ("batch", "q_len", "heads", "context")):
-            raise TypeError(f"kernel_efficiency({family!r}) needs shape batch, q_len, heads, context")
-        peak, bw = peak_flops(self._flops, "bf16"), self._hbm
-        return A.entry_sides(family, e, shape, peak, bw, self._sms, self._attn_factor, fit_sms=self._fit_sms)
-
-    def _attn_factor(self, v: dict, shape: dict):
-        """R(shape) of an mla_v2 variant's measured residual (1 where it has none)."""
-        block = v.get("residual")
-        if not block:
-            return 1.0
-        return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
+    def _entry(self, family: str, shape: dict):
+        """(entry, its model module) of `family`, or (None, None) when the profile does not cover it."""
+        e = self.kernels.get(family)
+        if e is None:
+            return None, None
+        return e, model(e["model"])
 
     def kernel_efficiency(self, family: str, **shape):
         """(compute_eff, memory_eff, alpha_s) for the broadcast shape, or None if not covered: eta_c on
         the FLOP time and eta_m on the byte time (in (0, 1]), from the fitted model's compute and memory
         sides, and its fixed cost alpha_s (kernel_sides; efficiency.side_efficiencies), so alpha_s +
         max(F / (P eta_c), B / (W eta_m)) of the kernel's own work is its modelled time; none grows
-        with P or W. Peak entries: alpha_s = 0.
+        with P or W. Peak entries: alpha_s = 0. The entry's model (moesim.perf.models) prices it.
 
         Shape keywords: m, n, k, groups, layout ("masked" | "contiguous"), batch, q_len, context,
         heads, dtype (optional; the family's fitted dtype by default), tile_pad (MMA work over
         useful work, e.g. routed groups' partial tiles; 1 by default). Other keywords are ignored.
         """
-        e = self.kernels.get(family)
-        if e is None:
-            return None
-        if e["model"] == S.PEAK:
-            p, pad = e["params"], shape.get("tile_pad")  # pad: MMA work / useful work (routed groups), >= 1
-            pad = 1.0 if pad is None else np.asarray(pad, float)
-            out = np.broadcast(np.empty(M.numeric_shape(shape)), pad).shape
-            return (np.broadcast_to(float(p["eta_c"]) / pad, out).copy(), np.full(out, float(p["eta_m"])), 0.0)
-        c, m, fixed, F, B, peak = self.kernel_sides(family, **shape)
-        return (*E.side_efficiencies(F, B, c, m, peak, self._hbm, fixed), fixed)
+        e, mod = self._entry(family, shape)
+        return None if e is None else mod.efficiency(self.kernel_context(), family, e, shape)
 
     def kernel_sides(self, family: str, **shape):
         """(compute side, memory side, fixed cost, F, B, peak) of a fitted (non-peak) entry: max of the
         sides is kernel_time (residual included; both hold the fixed cost); F, B the kernel's own
         work; peak its dtype's FLOP/s."""
-        e = self.kernels[family]
-        if e["model"] == S.MLA_V2:
-            return (*self._attn_sides(family, e, shape), peak_flops(self._flops, "bf16"))
-        F, b_in, b_out, x, peak = self._work(family, e, shape)
-        if e["model"] in (S.WAVES, S.STREAM):  # tiles carry the padding (efficiency.gemm_tiling)
-            c, m, fixed = self._model_sides(family, e, shape, peak)
-        else:  # the padded tiles lengthen the main loop's math; the roofline keeps the useful FLOPs
-            pad = shape.get("tile_pad")
-            c, m, fixed = self._overlap_sides(
-                e["params"], F * (1.0 if pad is None else np.asarray(pad, float)), b_in, b_out, x, peak
-            )
-        r = self.residual_factor(family, e, shape)
-        return c * r, m * r, fixed * r, F, b_in + b_out, peak
+        e, mod = self._entry(family, shape)
+        if e is None:
+            raise KeyError(f"kernel_sides: the profile has no {family!r} entry")
+        return mod.sides(self.kernel_context(), family, e, shape)
 
     def kernel_time(self, family: str, **shape):
         """Modelled kernel time in seconds (launch overhead not included), or None if not covered."""
-        e = self.kernels.get(family)
+        e, mod = self._entry(family, shape)
         if e is None or family == "elementwise":
             return None
-        if e["model"] == S.PEAK:
-            F, b_in, b_out, _, peak = self._work(family, e, shape)
-            p, pad = e["params"], shape.get("tile_pad")
-            F = F if pad is None else F * np.asarray(pad, float)  # MMA work incl. partial tiles
-            return np.maximum(F / (peak * float(p["eta_c"])), (b_in + b_out) / (self._hbm * float(p["eta_m"])))
-        return np.maximum(*self.kernel_sides(family, **shape)[:2])
+        return mod.time(self.kernel_context(), family, e, shape)
 
     def residual_factor(self, family: str, e: dict, shape: dict):
-        """R(shape) of the priced variant's measured residual (moesim.perf.profile.residual): the
-        measurement / physics ratio interpolated at the measured shapes, 1 far outside them; 1 where
-        the variant has none. A shape property: peaks and bandwidths do not enter it."""
-        if fit_status(e) == "derived":
-            return 1.0  # a family priced with another's fit (bmm from gemm): not its measurements
-        v = pick_variant(e, self._dtype(family, e, shape), shape.get("layout"))
-        block = v.get("residual")
-        if not block:
-            return 1.0
-        return RS.load_residual(block, self.path.parent if self.path else None).factor(shape)
+        """R(shape) of the priced variant's measured residual (moesim.perf.models._kernel.residual_factor):
+        the measurement / physics ratio interpolated at the measured shapes, 1 far outside them."""
+        return residual_factor(self.kernel_context(), family, e, shape)
 
-    def fused_moe(self, dtype) -> dict | None:  # the variant pricing routed experts as one call (fused_variant)
+    def fused_moe(self, dtype) -> dict | None:  # the variant pricing routed experts as one call (waves_v1)
         return fused_variant(self.kernels.get("moe"), dtype)
 
     def gemm_act_quant(self, dtype: str = "fp8_block") -> dict | None:
         """The input-quant model subtracted from the `dtype` GEMM variant's linear-op rows (fit.act_quant), or None."""
         return ((e := self.kernels.get("gemm")) and pick_variant(e, dtype).get("act_quant_model")) or None
-
-    def _model_sides(self, family: str, e: dict, shape: dict, peak):
-        """waves_v1 / stream_v1 (compute side, memory side, alpha) of an entry (moesim.perf.profile.work.model_sides)."""
-        v = pick_variant(e, dtype := self._dtype(family, e, shape), shape.get("layout"))
-        shape = {**shape, **entry_keys(family, v)}  # a GEMM fit's tiling rule and input quant pass
-        return model_sides(e["model"], family, v.get("dtype", dtype), self._sms, peak, self._hbm, v["params"], shape)
 
     def measured_time(self, family: str, **shape):
         """Raw measured kernel times (s), log-log interpolated along m (GEMMs) or context (MLA) where
@@ -315,7 +266,7 @@ class Profile:
             return None
         p = e["params"]
         if e.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots, interpolated in log2(EP)
-            return by_ep_params(self._by_ep_knots(m, str(op), e), ep, self._nom)
+            return by_ep_params(p, ep, self._nom)
         ones = np.ones(np.shape(ep)) if np.ndim(ep) else np.ones(())
         alpha = float(p["alpha_us"]) * 1e-6 * ones
         if p.get("alpha_intra_us") is not None:  # EP inside one NVLink domain: no RDMA hop
@@ -342,24 +293,6 @@ class Profile:
             tokens=tokens, rdma_bytes=rdma_bytes, nvl_bytes=nvl_bytes, experts=experts, ep=ep, msg_bytes=msg_bytes
         )
         return deepep_entry_terms(e, nodes=nodes, sms=sms, nominal=self._nom, host_floor=host_floor, **kw)
-
-    def _by_ep_knots(self, mode: str, op: str, e: dict) -> dict:
-        """Per-EP knots with bandwidths as fractions of the nominal links of the GPU they were
-        measured on: the fit writes `*_frac_nominal`; older profiles get them from the entry's
-        `nominal` block, else the measuring GPU's hardware spec, else this profile's roofline."""
-        key = (mode, op)
-        if key in self._knots:
-            return self._knots[key]
-        p = dict(e["params"])
-        if p.get("rdma_frac_nominal") is None or p.get("nvlink_frac_nominal") is None:
-            meas = _measured_nominal(e, self.data)
-            for link in ("rdma", "nvlink"):
-                nom = meas.get(link, 0.0)
-                p[f"{link}_frac_nominal"] = [
-                    None if b is None or nom <= 0 else float(b) * 1e9 / nom for b in p[f"{link}_GBps"]
-                ]
-        self._knots[key] = p
-        return p
 
     def _link_bw(self, p: dict, link: str) -> float:
         frac = p.get(f"{link}_frac_nominal")

@@ -3,7 +3,7 @@ writes it (moesim.calibration.fit) and the reader (moesim.perf.profile.reader).
 
 A profile (calibration/profiles/<gpu>.yaml) is a mapping:
 
-    schema_version: 1            gpu: h800        date, generated_by, device_note, inputs, notes, ...
+    schema_version: 2            gpu: h800        date, generated_by, device_note, inputs, notes, ...
     roofline:    peaks the efficiencies are relative to (ROOFLINE_FIELDS; used without a hardware spec)
     launch:      {us, status: measured | hardware, ...}
     kernels:     {<family>: {status, gpu, model: overlap_v1 | peak, dtype, params, rows, cv, source,
@@ -11,7 +11,7 @@ A profile (calibration/profiles/<gpu>.yaml) is a mapping:
                              residual?: {file, key, axes, points, sha256, axis_weights?}  (measured log residuals in
                              a side-car .npz, moesim.perf.profile.residual; also on variants)}}
     comm:        {<mode>: {dispatch | combine: {status, model: alpha_beta_max | alpha_beta_by_ep | deepep_v2, params, ...}}}
-    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta | collective_v2 | nccl_proto, params,
+    collectives: {all_reduce | all_gather: {status, model: ring_alpha_beta | nccl_proto, params,
                   custom?: {<backend>: {model: custom_ar, params, max_bytes, cv}}, ...}}
 Every number the reader uses is checked here (moesim.errors.check_number, error=CalibrationError):
 one line naming the key and the allowed range, or every step time could turn NaN/inf.
@@ -19,15 +19,18 @@ one line naming the key and the allowed range, or every step time could turn NaN
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from moesim.errors import CalibrationError, check_number
-from moesim.perf.collectives import CUSTOM_AR, NCCL_PROTO  # noqa: F401  (model names, re-exported)
+from moesim.perf import models as MODELS
+from moesim.perf.models._kernel import DEFAULT_DTYPE as DEFAULT_KERNEL_DTYPE
+from moesim.perf.models.params import BW_FRAC, ETA, FRAC, GBPS, US, Num  # noqa: F401  (re-exported)
 from moesim.perf.profile.blocks import no_cv, roofline_from_yaml, roofline_to_yaml, round_sig  # noqa: F401  (re-exported)
 
-SCHEMA_VERSION = 1
+# 2: one module per model (moesim.perf.models); collective_v2 retired, per-EP knots carry their
+# nominal fractions. A version-1 profile is refused with how to refit it (reader.read_profile_file).
+SCHEMA_VERSION = 2
+RETIRED_SCHEMA_VERSIONS = (1,)
 KERNEL_FAMILIES = (
     "gemm",
     "grouped_gemm",
@@ -50,146 +53,23 @@ MODE_ALIASES = {
     "deepep_ll": "deepep-ll",
     "deepep_normal": "deepep-normal",
 }
-# entry models
-OVERLAP = "overlap_v1"  # moesim.perf.efficiency.overlap_time
-PEAK = "peak"  # constant (eta_c, eta_m)
-WAVES = "waves_v1"  # tile / wave quantized GEMM-like kernels, moesim.perf.efficiency.waves_time
-STREAM = "stream_v1"  # streaming kernels (activation quant): alpha + bytes / (W eta_m)
-ALPHA_BETA = "alpha_beta_max"  # moesim.perf.collectives.alpha_beta_a2a
-ALPHA_BETA_BY_EP = "alpha_beta_by_ep"  # per-EP knots, moesim.perf.collectives.by_ep_params
-DEEPEP_V2 = "deepep_v2"  # moesim.perf.collectives.deepep_v2_time (alpha terms, link, SM copy rate)
-RING = "ring_alpha_beta"  # steps * link latency + alpha + ring bytes / (eff * link bandwidth)
-COLLECTIVE_V2 = "collective_v2"  # alpha_us + step_us * steps(n), ring or one-shot (collectives.collective_terms)
-# NCCL_PROTO, CUSTOM_AR (imported): collectives.nccl_proto_terms, collectives.custom_ar_terms
-TIMED_COLLECTIVES = (COLLECTIVE_V2, NCCL_PROTO)  # models the reader prices with collective_time
-MLA_V2 = "mla_v2"  # attention kernels: moesim.perf.attention_eff.attn_time
-KERNEL_MODELS = (OVERLAP, PEAK, WAVES, STREAM, MLA_V2)
+# entry models: the registry's names (moesim.perf.models.<name>: params, time, fit core)
+OVERLAP, PEAK, WAVES, STREAM, MLA_V2 = MODELS.KERNEL
+ALPHA_BETA, ALPHA_BETA_BY_EP, DEEPEP_V2 = MODELS.COMM
+RING, NCCL_PROTO, CUSTOM_AR = MODELS.COLLECTIVE
+TIMED_COLLECTIVES = (NCCL_PROTO,)  # models the reader prices with collective_time
+KERNEL_MODELS = MODELS.KERNEL
 # models with a fitted per-call alpha, fitted on measured call times (imported tables, runners): the
 # alpha holds the launch gap between back-to-back calls, so the cost model adds no second launch
 CALL_TIME_MODELS = (WAVES, STREAM, MLA_V2)
 # entry statuses: measured/fitted on this GPU, or carried over
 OWN_STATUSES = ("fitted", "peak", "measured")
-DEFAULT_DTYPE = {
-    "gemm": "fp8",
-    "grouped_gemm": "fp8",
-    "bmm": "fp8",
-    "mla_decode": "bf16",
-    "mla_prefill": "bf16",
-    "attention": "bf16",
-    "elementwise": "bf16",
-    "moe": "fp8",
-    "quant": "fp8",
-}
+DEFAULT_DTYPE = DEFAULT_KERNEL_DTYPE  # a family's dtype when neither the shape nor the entry names one
 REGENERATE = "regenerate it with `moesim calibrate fit`"
 
 
-class Num(NamedTuple):
-    """An allowed number: lo <= v (lo < v when lo_open) <= hi; optional ones may be absent or null."""
-
-    lo: float
-    hi: float | None = None
-    lo_open: bool = False
-    optional: bool = False
-    integer: bool = False
-    inf_ok: bool = False  # +inf allowed (the overlap model's q: .inf = max)
-
-
-ETA = Num(0.0, 1.0, lo_open=True)  # an efficiency, a fraction of a peak
-US = Num(0.0, 1e6)  # a time in microseconds
-GBPS = Num(0.0, 1e6, lo_open=True)
-FRAC = Num(0.0, 1.0, lo_open=True, optional=True)
-BW_FRAC = Num(0.0, 3.0, lo_open=True)  # a fitted bandwidth over the achievable link it scales
-
-# params per model: field -> allowed number (q: .inf allowed, = max)
-PARAMS = {
-    OVERLAP: {
-        "eta_c": ETA,
-        "eta_m": ETA,
-        "t0_us": Num(0.0),
-        "c": Num(0.0, lo_open=True),
-        "q": Num(1.0, optional=True, inf_ok=True),
-    },
-    PEAK: {"eta_c": ETA, "eta_m": ETA},
-    WAVES: {
-        "eta_c": ETA,
-        "eta_m": ETA,
-        "alpha_us": US,
-        "kb_ns": Num(0.0, 1e6),  # k-block pipeline latency floor per CTA
-        "sm_GBps": Num(0.0, 1e6, lo_open=True),  # one SM's load bandwidth
-        # moe: bytes per token and hidden element of passes over every token (fixed per backend, not
-        # fitted: moesim.calibration.fit.moe_tables.TOKEN_BYTES; moesim.perf.profile.work.token_pass_bytes)
-        "token_bytes": Num(0.0, 1e3, optional=True),
-        # moe: bytes per pair and hidden element (a contiguous layout's permute / unpermute) and per pair
-        # and intermediate element (the activation passes); fixed per backend (fit.moe_tables.PASSES)
-        "pair_bytes": Num(0.0, 1e3, optional=True),
-        "act_bytes": Num(0.0, 1e3, optional=True),
-        # a host-side time the GPU work overlaps, max(host, GPU) (fit.moe_tables.HOST_TIMED)
-        "host_us": US._replace(optional=True),
-        # moe: TRT-LLM-gen's expanded-space FP8 activation (fit.moe_tables.EXPANDED_ACT): the flag (fixed per
-        # backend) and its fitted SM time per iteration (moesim.perf.profile.work.expanded_act_iters)
-        "expanded_act": Num(0.0, 1.0, optional=True),
-        "act_iter_ns": Num(0.0, 1e6, optional=True),
-    },
-    STREAM: {"alpha_us": US, "eta_m": ETA},
-    ALPHA_BETA: {
-        "alpha_us": US,
-        "alpha_intra_us": US._replace(optional=True),
-        "rdma_GBps": GBPS,
-        "nvlink_GBps": GBPS,
-        "rdma_frac_nominal": FRAC,
-        "nvlink_frac_nominal": FRAC,
-    },
-    # equal-length lists, one value per measured EP; a link's bandwidth is null where no byte used it
-    ALPHA_BETA_BY_EP: {
-        "ep": Num(0.0, lo_open=True),
-        "alpha_us": US,
-        "rdma_GBps": GBPS._replace(optional=True),
-        "nvlink_GBps": GBPS._replace(optional=True),
-        # optional lists: the knots' bandwidths as fractions of the measuring GPU's nominal links
-        # (the reader rescales them to the live spec; older profiles derive them)
-        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
-        "nvlink_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
-    },
-    DEEPEP_V2: {
-        "alpha_us": US,
-        "alpha_node_us": US,
-        "alpha_expert_us": US,
-        "alpha_kB_us": US,
-        "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True),
-        "nvlink_GBps": GBPS,  # absolute: what the kernel achieves inside a node (capped by the live link)
-        "sm_GBps": GBPS,
-        "sm_token_us": US,
-        "q": Num(1.0, 64.0),
-        "rdma_node_decay": Num(0.0, 100.0, optional=True),
-        "host_us": US._replace(optional=True),
-    },
-    RING: {"alpha_us": US, "bw_efficiency": ETA},
-    MLA_V2: {
-        "alpha_us": US,
-        "eta_c": ETA,
-        "eta_m": ETA,
-        "cta_us": US,
-        "sat": Num(0.0, 4.0, lo_open=True),  # CTAs per SM that saturate the loads (XQA: up to 4)
-        "req_us": US._replace(optional=True),  # per request of the batch
-        "pass_eta": ETA._replace(optional=True),  # unfused KV up-cast pass
-        "qpass_eta": ETA._replace(optional=True),  # unfused query FP8-quantization pass
-        "q": Num(1.0, optional=True, inf_ok=True),
-    },
-    COLLECTIVE_V2: {"alpha_us": US, "step_us": US, "bw_efficiency": Num(0.0, 3.0, lo_open=True)},
-    NCCL_PROTO: {
-        **{
-            f"{k}_{f}": v
-            for k in ("ll", "ll128", "simple")
-            for f, v in (("us", US), ("step_us", US), ("bw_frac", BW_FRAC))
-        },
-        "nvls_us": US._replace(optional=True),
-        "nvls_bw_frac": BW_FRAC._replace(optional=True),
-        "nvls_min_gpus": Num(2.0, integer=True, optional=True),
-    },
-    CUSTOM_AR: {
-        f"{k}_{f}": v for k in ("oneshot", "twoshot") for f, v in (("us", US), ("peer_us", US), ("bw_frac", BW_FRAC))
-    },
-}
+# params per model: field -> allowed number (each model module's PARAMS)
+PARAMS = {name: mod.PARAMS for name, mod in MODELS.registry().items()}
 LAUNCH = {"us": US._replace(optional=True)}
 ROOFLINE_FIELDS = {
     "sms": Num(1.0, integer=True, optional=True),

@@ -1,7 +1,6 @@
 """Work (FLOPs, bytes read, bytes written) and SM fill (CTAs per SM) of a profiled kernel family
 for a shape: the one mapping from a profile's shape keywords to moesim.perf.efficiency's work
-functions, used by the reader (moesim.perf.profile.reader) and the fit (moesim.calibration.fit).
-`model_time` is the one place a waves_v1 / stream_v1 entry's time is computed for both."""
+functions, used by the kernel models (moesim.perf.models) and the fit (moesim.calibration.fit)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.deepgemm_layout_sm100 import sm100_fp8_layout
 from moesim.perf.profile import grouped_router as GR
 from moesim.perf.profile.rank0 import rank0_clamped_rows, rank0_tile_padding
-from moesim.perf.profile.schema import STREAM
 from moesim.perf.triton_moe import TRITON_FUSED_MOE, fused_moe_ctas, fused_moe_tiles
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
@@ -314,45 +312,6 @@ def triton_moe_parts(dtype: str, shape: dict):
         ctas = fused_moe_ctas(m, n, g, bm, bn, tiles)
         parts.append((b_in, b_out, ctas, bm, bn, np.asarray(k, float), ib))
     return parts, extra
-
-
-def parts_time(parts, extra, sms, peak, bw, p: dict):
-    """alpha + the waves_v1 time of each GEMM (moesim.perf.efficiency.waves_time) + streamed bytes."""
-    return np.maximum(*parts_sides(parts, extra, sms, peak, bw, p)[:2])
-
-
-def parts_sides(parts, extra, sms, peak, bw, p: dict):
-    """(compute side, memory side, alpha) of parts_time, whose max of the sides is parts_time: one GEMM's sides
-    (efficiency.waves_sides) plus alpha and the streamed bytes. A kernel of several GEMMs (the fused
-    MoE's up and down) can have each bound by another side, so its time is no max of two sums:
-    both sides are then the whole time (exact and monotone; such an op's bound is its work's).
-    host_us (optional): a host-side time the GPU work overlaps, each side at least that (a call
-    timed by host events around a synchronize, fit.moe_tables.HOST_TIMED): max(host, GPU time)."""
-    p0 = {**p, "alpha_us": 0.0}
-    gemms = [part for part in parts if not isinstance(part[6], str)]
-    sides = [E.waves_sides(*part[:6], part[6], sms, peak, bw, p0, *part[7:]) for part in gemms]
-    c, m = sides[0][:2] if len(sides) == 1 else (sum(np.maximum(*s[:2]) for s in sides),) * 2
-    alpha, t_x = float(p["alpha_us"]) * 1e-6, np.asarray(extra, float) / (bw * float(p["eta_m"]))
-    for part in parts[len(gemms) :]:  # the expanded-space activation (ACT_SLOTS): iterations x SM time / SMs
-        t_x = t_x + np.asarray(part[2], float) * float(p.get("act_iter_ns") or 0.0) * 1e-9 / sms
-    host = float(p.get("host_us") or 0.0) * 1e-6
-    return np.maximum(alpha + c + t_x, host), np.maximum(alpha + m + t_x, host), alpha
-
-
-def model_time(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
-    """Modelled time (s) of a waves_v1 / stream_v1 entry with params p for a broadcast shape."""
-    return np.maximum(*model_sides(model, family, dtype, sms, peak, bw, p, shape)[:2])
-
-
-def model_sides(model: str, family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
-    """(compute side, memory side, alpha) of model_time: a stream_v1 kernel's compute side is its alpha."""
-    if model == STREAM:
-        t = E.stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
-        alpha = np.minimum(t, float(p["alpha_us"]) * 1e-6)
-        return alpha, t, alpha
-    if family == "moe":  # the entry's passes beyond the GEMMs (fit.moe_tables), unless the shape sets them
-        shape = {**shape, **{k: p[k] for k in PASS_KEYS if p.get(k) is not None and shape.get(k) is None}}
-    return parts_sides(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
 
 
 def peak_flops(flops: dict, dtype) -> float:

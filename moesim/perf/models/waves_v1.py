@@ -1,0 +1,161 @@
+"""waves_v1: a tile- and wave-quantized GEMM-like kernel (issue 14 sec. 3): GEMMs, grouped GEMMs, the
+fused / grouped MoE layer (its two GEMMs plus the streamed passes), fitted per (layout, dtype, backend)
+variant on measured call times by moesim.calibration.fit.gemm (row selection, CV, the least squares).
+
+    T    = alpha + max(T_c, B_in / (W eta_m)) + B_out / W
+    T_c  = ceil(CTAs / SMs) * ceil(k / 128) * t_kb
+    t_kb = max(2 BM BN 128 / (P / SMs * eta_c),  (BM + BN) 128 in_bytes / sm_bw,  kb_ns)
+
+The work of a shape (tiles, bytes, CTAs per GEMM) is moesim.perf.profile.work.waves_parts.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from moesim.perf.models import _kernel as K
+from moesim.perf.models.params import ETA, US, Num
+from moesim.perf.profile.variants import base_dtype, pick_variant
+from moesim.perf.profile.work import PASS_KEYS, entry_keys, waves_parts
+
+NAME = "waves_v1"
+# source: the fit (moesim.calibration.fit.gemm: WAVES_NAMES and the extra params); fixed per-backend
+# keys (token_bytes, pair_bytes, act_bytes, expanded_act) from moesim/calibration/collector_facts.yaml
+PARAMS = {
+    "eta_c": ETA,  # tensor-core math at this fraction of the SM's share of the dense peak
+    "eta_m": ETA,  # HBM stream at this fraction of the bandwidth
+    "alpha_us": US,  # fixed per-call latency (holds the launch gap on call-time fits), us
+    "kb_ns": Num(0.0, 1e6),  # k-block pipeline latency floor per CTA, ns
+    "sm_GBps": Num(0.0, 1e6, lo_open=True),  # one SM's load bandwidth, GB/s
+    # moe: bytes per token and hidden element of passes over every token (per backend, not fitted;
+    # moesim.perf.profile.work.token_pass_bytes)
+    "token_bytes": Num(0.0, 1e3, optional=True),
+    # moe: bytes per pair and hidden element (a contiguous layout's permute / unpermute) and per pair
+    # and intermediate element (the activation passes); per backend
+    "pair_bytes": Num(0.0, 1e3, optional=True),
+    "act_bytes": Num(0.0, 1e3, optional=True),
+    # a host-side time the GPU work overlaps, max(host, GPU) (a host-timed benchmark loop), us
+    "host_us": US._replace(optional=True),
+    # moe: TRT-LLM-gen's expanded-space FP8 activation: the flag (per backend) and its fitted SM time
+    # per iteration, ns (moesim.perf.profile.work.expanded_act_iters)
+    "expanded_act": Num(0.0, 1.0, optional=True),
+    "act_iter_ns": Num(0.0, 1e6, optional=True),
+}
+K_BLOCK = 128.0  # DeepGEMM / CUTLASS FP8 block-scaled main loop: one k-block = 128 (one scale)
+
+
+class Part(NamedTuple):
+    """One GEMM of a kernel: bytes in / out, CTAs, BLOCK_M, BLOCK_N, k, input bytes per element and
+    the A + B rows a CTA loads per k-block (None: BM + BN; a TMA multicast cluster of 2 fetches one
+    operand once for both, moesim.perf.deepgemm_layout)."""
+
+    b_in: object
+    b_out: object
+    ctas: object
+    bm: object
+    bn: object
+    k: object
+    in_bytes: float
+    load_rows: object = None
+
+
+def waves_sides(part: Part, sms, peak, bw, p: dict):
+    """(compute side, memory side, alpha) of one GEMM's waves_v1 time (module docstring), whose max is
+    the time: the tensor-core math of the main loop (waves x k-blocks x t_math) and its load path (the
+    SM's load rate and the k-block pipeline latency, or the HBM stream B_in / (W eta_m)), each plus
+    alpha + B_out / W. Below one wave the time is one CTA's; each multiple of SMs CTAs adds a wave. The
+    MMA runs at least 64 rows (the SM90 WGMMA instruction's M) whatever BM. Each side is
+    non-increasing in P and W; the larger one is the kernel's bound."""
+    ctas = np.maximum(np.asarray(part.ctas, float), 1.0)
+    waves = np.ceil(ctas / sms - 1e-9)
+    bm, bn = np.asarray(part.bm, float), np.asarray(part.bn, float)
+    rows = bm + bn if part.load_rows is None else np.asarray(part.load_rows, float)
+    t_math = 2.0 * np.maximum(bm, 64.0) * bn * K_BLOCK / (peak / sms * float(p["eta_c"]))
+    t_load = rows * K_BLOCK * part.in_bytes / (float(p["sm_GBps"]) * 1e9)
+    steps = waves * np.ceil(np.asarray(part.k, float) / K_BLOCK)  # k-blocks each SM walks
+    t_c = steps * t_math
+    t_m = np.maximum(
+        steps * np.maximum(t_load, float(p["kb_ns"]) * 1e-9), np.asarray(part.b_in, float) / (bw * float(p["eta_m"]))
+    )
+    alpha, t_out = float(p["alpha_us"]) * 1e-6, np.asarray(part.b_out, float) / bw
+    return alpha + t_c + t_out, alpha + t_m + t_out, alpha
+
+
+def waves_time(part: Part, sms, peak, bw, p: dict):
+    """T_model of one GEMM (seconds): the max of waves_sides."""
+    return np.maximum(*waves_sides(part, sms, peak, bw, p)[:2])
+
+
+def parts_sides(parts, extra, sms, peak, bw, p: dict):
+    """(compute side, memory side, alpha) of a kernel of waves_parts, whose max is parts_time: one
+    GEMM's sides plus alpha and the streamed bytes. A kernel of several GEMMs (the fused MoE's up and
+    down) can have each bound by another side, so its time is no max of two sums: both sides are then
+    the whole time (exact and monotone; such an op's bound is its work's). host_us (optional): a
+    host-side time the GPU work overlaps, each side at least that: max(host, GPU time)."""
+    p0 = {**p, "alpha_us": 0.0}
+    gemms = [part for part in parts if not isinstance(part[6], str)]
+    sides = [waves_sides(Part(*part), sms, peak, bw, p0) for part in gemms]
+    c, m = sides[0][:2] if len(sides) == 1 else (sum(np.maximum(*s[:2]) for s in sides),) * 2
+    alpha, t_x = float(p["alpha_us"]) * 1e-6, np.asarray(extra, float) / (bw * float(p["eta_m"]))
+    for part in parts[len(gemms) :]:  # the expanded-space activation (work.ACT_SLOTS): iterations x SM time / SMs
+        t_x = t_x + np.asarray(part[2], float) * float(p.get("act_iter_ns") or 0.0) * 1e-9 / sms
+    host = float(p.get("host_us") or 0.0) * 1e-6
+    return np.maximum(alpha + c + t_x, host), np.maximum(alpha + m + t_x, host), alpha
+
+
+def parts_time(parts, extra, sms, peak, bw, p: dict):
+    """alpha + the waves_v1 time of each GEMM + the streamed bytes (seconds)."""
+    return np.maximum(*parts_sides(parts, extra, sms, peak, bw, p)[:2])
+
+
+def model_sides(family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
+    """(compute side, memory side, alpha) of an entry's params p at a broadcast shape; moe: the entry's
+    passes beyond the GEMMs (PASS_KEYS) unless the shape sets them."""
+    if family == "moe":
+        shape = {**shape, **{k: p[k] for k in PASS_KEYS if p.get(k) is not None and shape.get(k) is None}}
+    return parts_sides(*waves_parts(family, dtype, sms, shape), sms, peak, bw, p)
+
+
+def model_time(family: str, dtype: str, sms, peak, bw, p: dict, shape: dict):
+    """Modelled time (s) of params p for a broadcast shape (the fit's prediction and the reader's price)."""
+    return np.maximum(*model_sides(family, dtype, sms, peak, bw, p, shape)[:2])
+
+
+def sides(ctx: K.KernelContext, family: str, e: dict, shape: dict):
+    """(compute side, memory side, fixed, F, B, peak) of an entry at a shape: the variant of the priced
+    dtype and layout, its `model_keys` (tiling rule) added to the shape; residual included."""
+    F, b_in, b_out, _, peak = K.work_of(ctx, family, e, shape)
+    v = pick_variant(e, dtype := K.dtype_of(family, e, shape), shape.get("layout"))
+    keyed = {**shape, **entry_keys(family, v)}
+    c, m, fixed = model_sides(family, v.get("dtype", dtype), ctx.sms, peak, ctx.hbm_Bps, v["params"], keyed)
+    r = K.residual_factor(ctx, family, e, shape)
+    return c * r, m * r, fixed * r, F, b_in + b_out, peak
+
+
+def efficiency(ctx: K.KernelContext, family: str, e: dict, shape: dict):
+    return K.efficiency_of(ctx, sides(ctx, family, e, shape))
+
+
+def time(ctx: K.KernelContext, family: str, e: dict, shape: dict):
+    return np.maximum(*sides(ctx, family, e, shape)[:2])
+
+
+def fused_variant(e: dict | None, dtype) -> dict | None:
+    """The variant of a `moe` entry that prices a layer's routed experts as ONE fused call
+    (moesim.perf.fused_moe), or None. Where every variant is layout "fused", the engine's own MoE
+    tables time one fused call per layer, which is what the engine runs: TRT-LLM's CutlassFusedMoE /
+    DeepGemmFusedMoE (tensorrt_llm/_torch/modules/fused_moe: torch.ops.trtllm.fused_moe runs
+    expandInputRowsKernel (permute + FP8 quant), both grouped GEMMs, the SwiGLU + requant and
+    finalizeMoeRouting in one op; aiconfigurator collector/trtllm/collect_moe.py times that op), vLLM's
+    fused_experts / FlashInfer cutlass_fused_moe. A masked / contiguous variant (SGLang's DeepEP
+    layouts) marks an engine running the grouped GEMMs and the activation as separate kernels: priced
+    op by op (None). None too where no variant has the priced dtype."""
+    if not e or e.get("model") != NAME:
+        return None
+    if any((v.get("layout") or "fused") != "fused" for v in e.get("variants") or [e]):
+        return None
+    d = str(getattr(dtype, "value", dtype) or "").lower()
+    v = pick_variant(e, d, "fused")
+    return v if base_dtype(v.get("dtype")) == base_dtype(d) else None
