@@ -364,3 +364,77 @@ def test_ruff_clean(cmd):
     targets = [t for t in ("moesim", "tests", "bench", "docs") if (ROOT / t).exists()]
     p = subprocess.run(["ruff", *cmd, *targets], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------------------- kernel models (issue 28)
+MODELS_DIR = PKG / "perf" / "models"
+# what a measurement tool ran (collector backends, their routing conventions, per-backend tables):
+# data of the calibration import, never priced by perf/ (moesim.calibration)
+COLLECTOR_WORDS = (
+    "sglang_fused_moe_triton",
+    "rank0_clamped",
+    "expert_map",
+    "RANK0_CLAMPED",
+    "RANK0_SEGMENTS",
+    "TOKEN_BYTES",
+    "GROUPED_ROUTER",
+    "EXPANDED_ACT",
+    "EXPERT_MAP",
+    "collect_moe",
+)
+
+
+def model_name_definitions(sources: dict[str, str]) -> dict[str, list[str]]:
+    """{model name: [module files assigning NAME = "<name>" or any module-level X = "<name>"]} over
+    `sources` ({file name: text}) for the string constants that are registered model names."""
+    from moesim.perf import models  # imported here: the rule helpers above need no moesim import
+
+    out: dict[str, list[str]] = {n: [] for n in models.NAMES}
+    for fname, text in sources.items():
+        for node in _tree(text).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in out:
+                out[node.value.value].append(fname)
+    return out
+
+
+def one_module_per_model(defs: dict[str, list[str]]) -> list[str]:
+    return [f"{n}: defined in {files or 'no module'} (want exactly [{n}.py])" for n, files in defs.items()
+            if files != [f"{n}.py"]]  # fmt: skip
+
+
+def collector_words(text: str, where: str = "<src>", words=COLLECTOR_WORDS) -> list[str]:
+    return [f"{where}: {w}" for w in words if w in text]
+
+
+def test_every_schema_model_is_registered_in_its_own_module():
+    from moesim.perf import models  # imported here: the layer rules above read sources only
+    from moesim.perf.profile import schema as S
+
+    assert set(S.PARAMS) == set(models.NAMES)
+    for name, mod in models.registry().items():
+        assert mod.NAME == name and Path(mod.__file__).stem == name and isinstance(mod.PARAMS, dict)
+    for name in models.KERNEL:
+        assert all(callable(getattr(models.model(name), f, None)) for f in ("efficiency", "time", "sides")), name
+    sources = {p.name: p.read_text() for p in MODELS_DIR.glob("*.py")}
+    _fail("model names not defined in exactly their own module", one_module_per_model(model_name_definitions(sources)))
+    # and nowhere else under moesim/ defines a model name as a constant
+    elsewhere = {rel: text for rel, text in package_sources().values() if not rel.startswith("moesim/perf/models/")}
+    _fail("model names defined outside moesim/perf/models", [f"{n}: {f}" for n, fs in
+          model_name_definitions(elsewhere).items() for f in fs])  # fmt: skip
+
+
+def test_one_module_per_model_rule_can_fail():
+    twice = {"waves_v1.py": 'NAME = "waves_v1"', "other.py": 'X = "waves_v1"'}
+    assert any("waves_v1" in b for b in one_module_per_model(model_name_definitions(twice)))
+    assert any("peak" in b for b in one_module_per_model(model_name_definitions({})))
+
+
+def test_no_collector_vocabulary_under_perf():
+    bad = [b for rel, text in package_sources().values() if rel.startswith("moesim/perf/")
+           for b in collector_words(text, rel)]  # fmt: skip
+    _fail("collector vocabulary under moesim/perf (import it as work columns in moesim/calibration)", bad)
+
+
+def test_collector_vocabulary_rule_can_fail():
+    assert collector_words('if shape.get("routing") == "rank0_clamped": ...', "x.py") == ["x.py: rank0_clamped"]
+    assert collector_words("pairs = shape['pairs']", "x.py") == []

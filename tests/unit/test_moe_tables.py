@@ -88,11 +88,11 @@ def test_dominated_rows_are_slower_with_less_work():
     d = _rows("moe_torch_flow_cutlass", {(1, 1): 1e-3, (2, 1): 3e-3, (1, 2): 1.2e-3, (4, 2): 0.4e-3})
     np.testing.assert_array_equal(MT.dominated(d), [False, True, False, False])
     notes: list = []
-    assert len(MT.fit_rows(d, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, notes)) == 3 and notes
+    assert len(MT.fit_rows(d, "x", G.EXPERT_MAP, notes)) == 3 and notes
     masked = d.assign(layout="masked")  # DeepEP layouts: a rank's own tokens, kept
-    assert len(MT.fit_rows(masked, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 4
+    assert len(MT.fit_rows(masked, "x", G.EXPERT_MAP, [])) == 4
     routed = _rows("sglang_fused_moe_triton", {(1, 1): 1e-3, (2, 1): 3e-3})
-    assert len(MT.fit_rows(routed, "x", G.RANK0_CLAMPED | G.EXPERT_MAP, [])) == 2  # expert-map workloads kept
+    assert len(MT.fit_rows(routed, "x", G.EXPERT_MAP, [])) == 2  # expert-map workloads kept
 
 
 def test_routing_keys_by_backend_and_model():

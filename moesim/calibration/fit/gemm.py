@@ -39,15 +39,9 @@ SHAPE_KEYS = {
 }
 SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
-# fused-MoE backends whose aiconfigurator collector times EP rank 0 with the remote experts' picks
-# clamped to expert 0 and computed there (collector/sglang/collect_moe.py of aiconfigurator after
-# 0.12.0, build_rank0_workloads): routing "rank0_clamped" (moesim.perf.profile.work.rank0_clamped_rows).
-# None of the shipped tables: SGLang's 0.12.0 Triton rows halve from EP 1 to EP 2 for most layer shapes
-# (6144 x 2048, 256 experts: 0.53 / 0.53 / 0.57 at 16 / 1024 / 16384 tokens; clamped picks would keep
-# 8 of 8 picks per token, the time of EP 1) and at EP 256 still
-# grow with every token (6144 x 2048, 256 experts: 473 / 880 / 1695 us at 4096 / 8192 / 16384 tokens),
-# the zero-written rows of all tokens: they are priced as expert_map below.
-RANK0_CLAMPED: frozenset = frozenset()
+# (aiconfigurator after 0.12.0 times EP rank 0 with remote picks clamped to expert 0; none of the shipped
+# tables: SGLang's 0.12.0 Triton rows halve from EP 1 to EP 2 and at EP 256 still grow with every token,
+# the zero-written rows of all tokens: they are priced as expert_map below.)
 # Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros (vLLM:
 # collector/vllm/collect_moe.py determine_expert_map; SGLang 0.12.0 tables, see above): routing "expert_map"
 EXPERT_MAP = frozenset(
@@ -70,8 +64,6 @@ def _shape_of(d: pd.DataFrame, family: str) -> dict:
         out["groups"] = np.where(np.isfinite(out["groups"]), out["groups"], 1.0)
     if family == "moe":  # measured tables route evenly (excluded otherwise); absent tp / ep: 1
         out["routing"] = "balanced"
-        if len(d) and set(d.backend) <= RANK0_CLAMPED:  # the collector's rank-0 workload (perf.profile.work)
-            out["routing"] = "rank0_clamped"
         if len(d) and set(d.backend) <= EXPERT_MAP:
             out["routing"] = "expert_map"
         for c in ("tp", "ep"):
@@ -332,7 +324,7 @@ def fit_variants(family: str, d: pd.DataFrame, peaks: Peaks, gpu: str, folds, no
     for (layout, dtype, backend, op), g in d.groupby(keys, sort=True):
         op = op if family == "quant" else ""
         if family == "moe":
-            g = MT.fit_rows(g, f"{layout or '-'} {dtype} {backend}", RANK0_CLAMPED | EXPERT_MAP, notes)
+            g = MT.fit_rows(g, f"{layout or '-'} {dtype} {backend}", EXPERT_MAP, notes)
         if len(g) < MIN_ROWS:
             notes.append(f"{family} {layout or '-'} {dtype} {backend} {op}: {len(g)} rows, too few to fit".strip())
             continue
