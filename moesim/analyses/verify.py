@@ -81,6 +81,7 @@ def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None,
     """Simulate each candidate -> one dict per candidate: the simulated figures (sim_*), the closed
     form's, their relative gaps and `disagrees` (notes where a gap exceeds DISAGREE)."""
     from moesim.simulate.core import simulate  # lazy: the simulator only when a candidate is verified
+    from moesim.simulate.options import options  # lazy: as above
 
     out = []
     for c in candidates:
@@ -99,8 +100,8 @@ def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None,
             kw["prefill"] = {"instances": max(int(c.prefill_instances), 1), **_layout(c.prefill),
                              "rules": {"chunk_tokens": tokens, "max_prefill_tokens": tokens}}  # fmt: skip
         work = _workload(c, isl, osl, load, seed)
-        r = simulate(model, hardware, workload=work, engine=engine, cost_mode=cost_mode, set=set,
-                     expert_skew=expert_skew, seed=seed, **kw)  # fmt: skip
+        r = simulate(model, hardware, workload=work, set=set, seed=seed,
+                     **options(engine=engine, cost_mode=cost_mode, expert_skew=expert_skew, **kw))  # fmt: skip
         s = r.summary
         row = {
             "candidate": c.label,
@@ -156,6 +157,7 @@ def verify_prefill(m, h, t, pre, hit_share: float, run: dict, set_, notes: list)
     where they disagree or the simulated p90 misses the target)."""
     from moesim.simulate import clients as C  # lazy: the simulator only when a plan is verified
     from moesim.simulate.core import simulate  # lazy: as above
+    from moesim.simulate.options import options  # lazy: as above
 
     computed = t.prompt_length * (1.0 - hit_share)
     unit_tps = pre.full_load_tokens_per_s_per_node * pre.nodes_per_unit
@@ -168,10 +170,10 @@ def verify_prefill(m, h, t, pre, hit_share: float, run: dict, set_, notes: list)
                        warmup=int(min(in_flight, n // 3)))  # fmt: skip
     p = t.prefill
     tokens = int(pre.batch_tokens)
-    r = simulate(m, h, workload=work, tp=p.tp, dp=p.dp, ep=p.ep, redundant_experts=p.redundant_experts,
-                 overlap=p.overlap, comm=p.comm, engine=run["engine"], cost_mode=run["cost_mode"],
-                 expert_skew=run["expert_skew"], set=set_, hit_ratio=hit_share, prefill_only=True,
-                 rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens})  # fmt: skip
+    r = simulate(m, h, workload=work, set=set_, **options(
+                 tp=p.tp, dp=p.dp, ep=p.ep, redundant_experts=p.redundant_experts, overlap=p.overlap, comm=p.comm,
+                 engine=run["engine"], cost_mode=run["cost_mode"], expert_skew=run["expert_skew"], hit_ratio=hit_share,
+                 prefill_only=True, rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens}))  # fmt: skip
     s = r.summary
     out = {"prompts_per_s_per_unit": rate, "sim_ttft_mean_s": s["ttft_mean_s"], "sim_ttft_p90_s": s["ttft_p90_s"],
            "closed_ttft_s": pre.ttft_s, "load": work.label}  # fmt: skip

@@ -135,7 +135,10 @@ def workload_from(cfg: dict):
 
 
 def simulate_kwargs(cfg: dict) -> dict:
-    """The flags -> `simulate` keywords (the workload apart)."""
+    """The flags -> `simulate` keywords (the workload apart): layout, serving, pricing, slo."""
+    from moesim.engine.settings import Pricing  # lazy: the library only when the command runs
+    from moesim.simulate.options import options  # lazy: as above
+
     rules = {
         "chunk_tokens": cfg["chunked_prefill_size"],
         "max_prefill_tokens": cfg["max_prefill_tokens"],
@@ -149,18 +152,14 @@ def simulate_kwargs(cfg: dict) -> dict:
         prefill = {"instances": cfg["prefill_instances"], **{k: v for k, v in pre.items() if v is not None}}
     elif any(v is not None for v in pre.values()):
         raise ConfigError("--prefill-tp/-dp/-ep/-moe-tp describe PD prefill instances: add --prefill-instances N")
-    keys = ("model", "hardware", "tp", "dp", "ep", "moe_tp", "mtp", "acceptance", "redundant_experts", "overlap",
-            "comm", "cost_mode", "engine", "expert_skew", "replicas", "prefix_cache", "seed")  # fmt: skip
-    return {
-        **{k: cfg[k] for k in keys},
-        "set": cfg["set_"],
-        "engine_profile": cfg["engine_profile"],
-        "prefill": prefill,
-        "rules": {k: v for k, v in rules.items() if v is not None},
-        "hit_ratio": cfg["prefix_hit_ratio"],
-        "slo_ttft_s": cfg["max_ttft"],
-        "slo_tpot_s": cfg["max_tpot"],
-    }
+    keys = ("tp", "dp", "ep", "moe_tp", "mtp", "acceptance", "redundant_experts", "overlap", "replicas",
+            "prefix_cache")  # fmt: skip
+    pricing = Pricing.of(cost_mode=cfg["cost_mode"], engine=cfg["engine"], expert_skew=cfg["expert_skew"],
+                         comm=cfg["comm"])  # fmt: skip
+    grouped = options(pricing, **{k: cfg[k] for k in keys}, engine_profile=cfg["engine_profile"], prefill=prefill,
+                      rules={k: v for k, v in rules.items() if v is not None}, hit_ratio=cfg["prefix_hit_ratio"],
+                      slo_ttft_s=cfg["max_ttft"], slo_tpot_s=cfg["max_tpot"])  # fmt: skip
+    return {"model": cfg["model"], "hardware": cfg["hardware"], "set": cfg["set_"], "seed": cfg["seed"], **grouped}
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,10 @@ DEFAULTS = {"decode": {"batch": 32, "context": 4096}, "prefill": {"batch": 16384
 
 @dataclass
 class EstimateResult:
+    """One configuration priced: `values` (figure -> one-element array; SI units: s, bytes,
+    tokens/s), `ops` (per-op rows), `memory` (bytes), `config` (the inputs as resolved) and notes.
+    ``r["tpot_s"]``: one figure as a scalar (float, str or bool)."""
+
     model: ModelSpec
     hardware: HardwareSpec
     config: dict
@@ -33,8 +37,12 @@ class EstimateResult:
     memory: dict
     notes: list = field(default_factory=list)
 
-    def __getitem__(self, key):
-        return self.values[key]
+    def __getitem__(self, key: str):
+        """`values[key]` as a scalar (the array itself where it holds more than one entry)."""
+        if key not in self.values:
+            raise KeyError(f"{key!r}: not a figure of this estimate; allowed: {', '.join(self.values)}")
+        v = np.asarray(self.values[key])
+        return v.item() if v.size == 1 else v
 
     def to_dict(self) -> dict:
         m = self.model

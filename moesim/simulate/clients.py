@@ -54,6 +54,8 @@ from moesim.simulate.requests import Workload
 from moesim.simulate.traces import MAX_REQUESTS, _int, mooncake_prefixes, read_trace
 
 TOOLS = ("sglang", "vllm", "vllm-legacy", "genai-perf")
+# closed_loop's length keywords and their defaults (open_loop takes them as **lengths)
+LENGTH_KEYWORDS = {"range_ratio": None, "tool": "sglang", "warmup": 0, "seed": 0, "isl_stddev": 0.0, "osl_stddev": 0.0}
 SGLANG_WARMUP_OUTPUT_TOKENS = 32  # bench_serving.py benchmark(): warm-up output_len=min(output_len, 32)
 
 
@@ -212,24 +214,16 @@ def _arrivals(rng, n: int, rate: float, burstiness: float, tool: str) -> np.ndar
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
 
 
-def open_loop(
-    rate,
-    num_prompts,
-    isl,
-    osl,
-    *,
-    burstiness=1.0,
-    range_ratio=None,
-    max_concurrency=None,
-    tool: str = "sglang",
-    warmup=0,
-    seed=0,
-    isl_stddev=0.0,
-    osl_stddev=0.0,
-) -> Workload:
+def open_loop(rate, num_prompts, isl, osl, *, burstiness=1.0, max_concurrency=None, **lengths) -> Workload:
     """Requests sent at ``rate`` req/s (``float('inf')``: all at t = 0), inter-arrival gaps as in
     `_arrivals`; ``max_concurrency`` caps the requests in flight (bench_serving's --max-concurrency
-    semaphore: a request past the cap waits for a slot). Warm-up requests lead the arrival process."""
+    semaphore: a request past the cap waits for a slot). Warm-up requests lead the arrival process.
+    lengths: `closed_loop`'s length keywords (range_ratio, tool, warmup, seed, isl_stddev, osl_stddev)."""
+    unknown = sorted(set(lengths) - set(LENGTH_KEYWORDS))
+    if unknown:
+        raise ConfigError(f"open_loop: unknown keyword(s) {', '.join(unknown)}; allowed rate, num_prompts, isl, osl, "
+                          f"burstiness, max_concurrency, {', '.join(LENGTH_KEYWORDS)}")  # fmt: skip
+    length = {**LENGTH_KEYWORDS, **lengths}
     rate = math.inf if _is_inf(rate) else check_number("--rate", rate, lo=0, lo_open=True)
     burst = (
         math.inf
@@ -238,7 +232,15 @@ def open_loop(
     )
     cap = None if max_concurrency is None else _int("--max-concurrency", max_concurrency, 1, MAX_REQUESTS)
     n, isl, osl, tool, r, sd, warmup, seed = _lengths_args(
-        num_prompts, isl, osl, tool, range_ratio, isl_stddev, osl_stddev, warmup, seed
+        num_prompts,
+        isl,
+        osl,
+        length["tool"],
+        length["range_ratio"],
+        length["isl_stddev"],
+        length["osl_stddev"],
+        length["warmup"],
+        length["seed"],
     )
     rng = np.random.default_rng(seed)
     inp, out = _with_warmup(rng, n, isl, osl, tool, r, sd, warmup)

@@ -1,7 +1,7 @@
 """`simulate`: one deployment serving a request stream, step-exact (the package doc).
 
 Builds each pool's instances (layout checked and priced by `moesim.engine.estimate.estimate_step`,
-the one evaluation path), their cost surfaces (`surface.build`), their KV pools (the memory model:
+the one evaluation path, through `moesim.simulate.engine_calls`), their cost surfaces (`surface.build`), their KV pools (the memory model:
 what is left of the GPU after weights, activations, buffers and the reserve, in tokens) and the
 engine's rules (`moesim.simulate.engines`: the engine's serving profile), then runs the events.
 """
@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.engine.estimate import estimate_step
-from moesim.engine.evaluate import default_comm
-from moesim.engine.pricing import resolve_specs
-from moesim.enums import DEFAULT_ENGINE, Engine, Phase
+from moesim.engine.settings import Pricing
+from moesim.enums import Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.metrics.memory import kv_bytes_per_token_per_gpu, max_batch, memory
 from moesim.simulate import stats as ST
 from moesim.simulate import surface as S
+from moesim.simulate.engine_calls import default_comm, estimate_pass, resolve_specs
 from moesim.simulate.events import KvLink, run
-from moesim.simulate.instance import Instance
+from moesim.simulate.instance import Instance, PrefixCache
+from moesim.simulate.options import Layout, Serving, Slo
 from moesim.simulate.requests import RequestLog, TimeSeries, Workload
 from moesim.simulate.rules import Rules, rules_for
 from moesim.simulate.state import Reqs
@@ -97,29 +97,35 @@ def kv_capacity_tokens(model, hw, grid_row: Grid, comm, mean_len: float) -> floa
     return b * (mean_len + float(g.q_len[0]))
 
 
-def _deployment(model, hardware, layout: dict, common: dict, mean_len: float, phase: str = "decode"):
+def _deployment(model, hardware, layout: dict, pricing: Pricing, mean_len: float, phase: str = "decode"):
     """-> (Deployment, estimate config, notes): the layout checked by estimate_step (one decode step,
     or for a PD prefill pool one prefill pass: its overlap and all-to-all are the prefill's)."""
-    kw = {k: layout.get(k) for k in LAYOUT_KEYS}
+    kw = {k: layout.get(k) for k in LAYOUT_KEYS if k != "comm"}
+    pricing = pricing.replace(comm=layout.get("comm"))
     batch = 1 if phase == "decode" else max(mean_len, 1.0)
-    d = estimate_step(model, hardware, phase=phase, batch=batch, context=max(mean_len, 1.0), **kw, **common)
+    d = estimate_pass(model, hardware, pricing, phase=phase, batch=batch, context=max(mean_len, 1.0), mtp=layout["mtp"],
+                      acceptance=layout["acceptance"], **kw)  # fmt: skip
     c = d.config
     g = Grid.single(tp=c["tp"], dp=c["dp"], ep=c["ep"], moe_tp=c["moe_tp"], batch=1, context=mean_len, mtp=c["mtp"],
                     acceptance=c["acceptance"], redundant=c["redundant_experts"])  # fmt: skip
-    ekw = {k: common[k] for k in ("cost_mode", "expert_skew", "engine", "force_profile") if common.get(k) is not None}
-    ekw.update(comm=c["comm"], profile_path=common.get("profile"), context_dist="fixed")
-    dep = S.Deployment(d.model, d.hardware, g, overlap=kw.get("overlap"), kw=ekw)  # None: the engine default per pass
+    # every pass of a surface is priced at its own KV length (context_dist fixed), CUDA graphs as the engine runs them
+    dep_pricing = pricing.replace(comm=c["comm"], context_dist="fixed")
+    dep = S.Deployment(
+        d.model, d.hardware, g, overlap=kw.get("overlap"), pricing=dep_pricing
+    )  # None: the engine default per pass
     return dep, c, []  # the batch-1 step's own notes (its rank imbalance, its memory) do not describe the run
 
 
-def _pool(role, model, hardware, layout, common, engine: tuple, work: Workload, instances: int):
-    """engine: (name, profile file or None, Rules overrides)."""
+def _pool(role, model, hardware, layout, pricing: Pricing, engine: tuple, work: Workload, instances: int):
+    """layout: LAYOUT_KEYS, mtp and acceptance; engine: (name, profile file or None, Rules overrides)."""
     isl = np.asarray(work.input_tokens, float)
     osl = np.asarray(work.output_tokens, float)
     mean_len = float(np.mean(isl + osl)) if role != "prefill" else float(np.mean(isl))
     if role == "prefill":  # a prefill server runs no draft tokens
-        common = dict(common, mtp=0)
-    dep, c, notes = _deployment(model, hardware, layout, common, mean_len, "prefill" if role == "prefill" else "decode")
+        layout = dict(layout, mtp=0)
+    dep, c, notes = _deployment(
+        model, hardware, layout, pricing, mean_len, "prefill" if role == "prefill" else "decode"
+    )
     kv = kv_capacity_tokens(dep.model, dep.hw, dep.grid, c["comm"], mean_len)
     dp = c["dp"] if dep.model.is_moe else 1  # without MoE layers DP groups are independent instances
     name, prof, overrides = engine
@@ -191,36 +197,54 @@ def _kv_link(pre: Pool) -> KvLink:
                   h.rdma_latency_s)  # fmt: skip
 
 
-def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=None, dp=None, ep=None, moe_tp=None,
-             mtp=0, acceptance=0.8, redundant_experts=0, overlap=None, comm=None, replicas=1, prefill=None,
-             engine=DEFAULT_ENGINE, engine_profile=None, rules=None, cost_mode="calibrated", set=None,
-             expert_skew="auto", profile=None, force_profile=False, prefix_cache=True, hit_ratio=0.0,
-             slo_ttft_s=None, slo_tpot_s=None, seed=0, progress=None, prefill_only=False) -> SimResult:  # fmt: skip
-    """Simulate `workload` on `replicas` instances of the layout (aggregated), or with `prefill` =
-    {"instances", "tp", "dp", "ep", "moe_tp", ..., "rules"} prefill instances feeding `replicas` decode
-    instances (PD). rules: overrides of the engine profile's scheduler settings (Rules fields).
-    prefill_only: `replicas` PD prefill instances of the layout alone; a request is served when its
-    KV has left (TTFT = the prefill pool's part: queue, passes, transfer; no decode)."""
-    t0 = time.perf_counter()
-    engine = Engine.parse(engine, "engine").value
-    replicas = check_number("replicas", replicas, lo=1, hi=4096, integer=True)
-    hit_ratio = check_number("hit_ratio", hit_ratio, lo=0.0, hi=1.0)
+def _check(workload: Workload, pricing: Pricing) -> None:
     if workload.size == 0:
         raise ConfigError("workload: no requests to simulate")
-    common = dict(mtp=mtp, acceptance=acceptance, cost_mode=cost_mode, engine=engine,
-                  expert_skew=expert_skew, profile=profile, force_profile=force_profile)  # fmt: skip
-    layout = dict(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, redundant_experts=redundant_experts, overlap=overlap, comm=comm)
+    if not pricing.cuda_graphs:
+        raise ConfigError("simulate: cuda_graphs false: the engine's rules decide which passes are graphed; "
+                          "allowed: rules={'graph_max_bs': 0} for eager decode steps")  # fmt: skip
+    if str(pricing.context_dist) != "fixed":
+        raise ConfigError(f"simulate: context_dist {pricing.context_dist!r}: every pass is priced at its own KV "
+                          "length; allowed: fixed")  # fmt: skip
+
+
+def _instances(pool: Pool, dp: int, reqs: Reqs, first: int, serving: Serving) -> list:
+    """The pool's instances, numbered from `first`."""
+    cache = PrefixCache(serving.prefix_cache, serving.hit_ratio, tuple(kv_tiers(pool)))
+    return [Instance(first + i, pool.rules, pool.surf, reqs, dp=dp, kv_capacity=pool.kv_capacity_tokens,
+                     tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len, role=pool.role,
+                     cache=cache)
+            for i in range(pool.instances)]  # fmt: skip
+
+
+def _config(m, h, pricing: Pricing, layout: Layout, serving: Serving, workload: Workload, seed, gpus) -> dict:
+    return {"model": m.name, "hardware": h.name, "engine": pricing.engine.value, "gpus": gpus,
+            "workload": workload.label, "requests": workload.size, "warmup": int(workload.warmup), "seed": seed,
+            "prefix_cache": bool(serving.prefix_cache), "hit_ratio": serving.hit_ratio,
+            "cost_mode": str(pricing.cost_mode), "mtp": layout.mtp, "acceptance": layout.acceptance}  # fmt: skip
+
+
+def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, layout: Layout | None = None,
+             serving: Serving | None = None, pricing: Pricing | None = None, slo: Slo | None = None, set=None,
+             seed: int = 0, progress=None) -> SimResult:  # fmt: skip
+    """Simulate `workload` on `serving.replicas` instances of `layout` (aggregated), or with
+    `serving.prefill` prefill instances feeding the replicas as decode instances (PD), or
+    (`serving.prefill_only`) PD prefill instances alone; every pass priced by `pricing` (default:
+    `Pricing()`). set: spec what-ifs ("hardware.memory_GB=95"); seed: routing draws; progress:
+    called as progress(done, total, t_s). Flat keywords: `moesim.simulate.options.options`."""
+    t0 = time.perf_counter()
+    layout, serving = layout or Layout(), serving or Serving()
+    pricing, slo = pricing or Pricing(), slo or Slo()
+    _check(workload, pricing)
+    lay = dict(layout.as_dict(), comm=None if pricing.comm is None else pricing.comm.value)
     R = Reqs(workload.input_tokens, workload.output_tokens, workload.prefix_ids(), workload.prefix_lengths())
     m, h = resolve_specs(model, hardware, set)
     pools, inst_pools, notes = [], [], []
-    for role, lay, count, over in _specs(layout, replicas, prefill, rules, prefill_only):
-        pool, dpn, n1 = _pool(role, m, h, lay, common, (engine, engine_profile, over), workload, count)
+    engine = (pricing.engine.value, serving.engine_profile)
+    for role, lay_i, count, over in _specs(lay, serving.replicas, serving.prefill, serving.rules, serving.prefill_only):
+        pool, dpn, n1 = _pool(role, m, h, lay_i, pricing, (*engine, over), workload, count)
         notes += n1
-        idx = sum(map(len, inst_pools))
-        inst_pools.append([Instance(idx + i, pool.rules, pool.surf, R, dp=dpn, kv_capacity=pool.kv_capacity_tokens,
-                                    tokens_per_step=pool.deployment.tokens_per_step, q_len=pool.deployment.q_len,
-                                    role=role, prefix_cache=prefix_cache, hit_ratio=hit_ratio, tiers=kv_tiers(pool))
-                           for i in range(count)])  # fmt: skip
+        inst_pools.append(_instances(pool, dpn, R, sum(map(len, inst_pools)), serving))
         pools.append(pool)
     link = _kv_link(pools[0]) if pools[0].role == "prefill" else None
     if link is not None:
@@ -231,15 +255,12 @@ def simulate(model="deepseek-v3", hardware="h800", *, workload: Workload, tp=Non
     t_run = time.perf_counter()
     log, series, st = run(workload, inst_pools, link=link, seed=seed, progress=progress)
     st.update(run_s=time.perf_counter() - t_run, pricing_s=t_run - t0)
-    summary = ST.summarize(log, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s)
+    summary = ST.summarize(log, slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s)
     gpus = sum(p.config["gpus"] * p.instances for p in pools)
     if math.isfinite(summary.get("output_tokens_per_s", math.nan)):
         summary["output_tokens_per_s_per_gpu"] = summary["output_tokens_per_s"] / gpus
-    config = {"model": m.name, "hardware": h.name, "engine": engine, "gpus": gpus, "workload": workload.label,
-              "requests": workload.size, "warmup": int(workload.warmup), "seed": seed,
-              "prefix_cache": bool(prefix_cache), "hit_ratio": hit_ratio, "cost_mode": str(cost_mode), "mtp": mtp,
-              "acceptance": acceptance}  # fmt: skip
+    config = _config(m, h, pricing, layout, serving, workload, seed, gpus)
     return SimResult(log, series, summary, pools, config, list(dict.fromkeys(notes)), st)
 
 
-__all__ = ["simulate", "SimResult", "Pool", "kv_capacity_tokens"]
+__all__ = ["simulate", "SimResult", "Pool", "Layout", "Serving", "Slo", "kv_capacity_tokens"]

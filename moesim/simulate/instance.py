@@ -24,6 +24,7 @@ between steps), exactly as the step-by-step loop would.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,20 +36,30 @@ from moesim.simulate.surface import Surfaces, effective_length
 KMAX = 4096  # decode steps priced at once in a run (bounded arrays)
 
 
+@dataclass(frozen=True)
+class PrefixCache:
+    """An instance's prompt cache: `enabled` reuses cached prefixes (trace prefix ids); `hit_ratio`
+    (0..1) serves that share of every prompt from cache instead; `tiers`: (name, tokens per rank,
+    load s per token) below HBM (host memory, disk)."""
+
+    enabled: bool = True
+    hit_ratio: float = 0.0
+    tiers: tuple = ()
+
+
 class Instance:
     """A serving instance: `ranks` DP ranks in lock step, a KV pool of `kv_capacity` tokens per
     rank, priced by `surf`. role: "both" (aggregated), "prefill" or "decode" (PD)."""
 
     def __init__(self, idx, rules: Rules, surf: Surfaces, reqs: Reqs, *, dp, kv_capacity, tokens_per_step, q_len,
-                 role="both", prefix_cache=True, hit_ratio=0.0, tiers=()):  # fmt: skip
+                 role="both", cache: PrefixCache = PrefixCache()):  # fmt: skip
         self.idx, self.rules, self.surf, self.R = idx, rules, surf, reqs
-        # tiers: (name, tokens per rank, load s per token) below HBM (host memory, disk)
-        self.ranks = [Rank(i, rules.new_token_ratio_init, tiers) for i in range(int(dp))]
+        self.ranks = [Rank(i, rules.new_token_ratio_init, list(cache.tiers)) for i in range(int(dp))]
         self.cap = float(kv_capacity)
         self.a = float(tokens_per_step)  # accepted tokens per decode step (MTP: 1 + sum of acceptance)
         self.q = float(q_len)  # tokens a decoding request puts through a pass (1 + drafts)
         self.role = role
-        self.prefix_cache, self.hit_ratio = prefix_cache, float(hit_ratio)
+        self.prefix_cache, self.hit_ratio = cache.enabled, float(cache.hit_ratio)
         self.inflight: Pass | None = None
         self.version = 0
         self.rr = 0

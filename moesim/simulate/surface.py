@@ -1,5 +1,5 @@
 """Cost surfaces: every forward pass a simulation runs, priced ONCE per configuration by the one
-evaluation path (`moesim.engine.pricing.evaluate_grid`) over a grid of pass shapes, then looked up
+evaluation path (`moesim.engine.pricing.evaluate_grid`, through `moesim.simulate.engine_calls`) over a grid of pass shapes, then looked up
 by multilinear interpolation (never a re-pricing per step).
 
 Three pass kinds (the engines' forward modes):
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.engine.pricing import evaluate_grid
+from moesim.engine.settings import Pricing
 from moesim.enums import Phase
 from moesim.grid.core import Grid, replace
+from moesim.simulate.engine_calls import prefill_overlap, price_passes
 
 EXACT_BATCH = 128  # decode steps priced at every batch up to this (GEMM tiles, CUDA-graph buckets)
 
@@ -37,13 +38,13 @@ EXACT_BATCH = 128  # decode steps priced at every batch up to this (GEMM tiles, 
 @dataclass(frozen=True)
 class Deployment:
     """One serving instance as priced: model and hardware specs, its parallel layout as a one-row
-    Grid (batch / context ignored), the overlap scheme and evaluate_grid's keywords."""
+    Grid (batch / context ignored), the overlap scheme and the pricing settings of its passes."""
 
     model: object
     hw: object
     grid: Grid
     overlap: str | None = None
-    kw: dict = field(default_factory=dict)  # engine, cost_mode, comm, expert_skew, profile_path, ...
+    pricing: Pricing = field(default_factory=Pricing)  # comm: the deployment's all-to-all
 
     @property
     def dp(self) -> int:
@@ -149,25 +150,31 @@ def effective_length(new_tokens, cached_tokens) -> float:
     return float((c * (2.0 * p + c)).sum() / s) if s > 0 else 1.0
 
 
-def _eval(dep: Deployment, grid: Grid, phase, **extra) -> np.ndarray:
-    kw = dict(dep.kw)
-    kw.update(extra)
+@dataclass(frozen=True)
+class Knots:
+    """How finely the surfaces are tabled: KV-length knots of the decode table, prompt-token and
+    attention-length knots of the prefill and fused tables."""
+
+    ctx: int = 10
+    tokens: int = 14
+    length: int = 8
+
+
+def _eval(dep: Deployment, grid: Grid, phase, chunk=None, **settings) -> np.ndarray:
+    """Step times (s) of the pass shapes `grid`; settings: Pricing fields changed for these passes."""
+    pricing = dep.pricing.replace(**settings)
     overlap = dep.overlap
     if phase == Phase.PREFILL:
-        from moesim.engine.serving import prefill_overlap  # lazy: only prefill surfaces need it
-
         overlap = prefill_overlap(overlap)
-    ev, _ = evaluate_grid(dep.model, dep.hw, grid, phase=phase, overlap=overlap, **kw)
+    ev = price_passes(dep.model, dep.hw, grid, pricing, phase=phase, overlap=overlap, chunk=chunk)
     t = np.asarray(ev.values["step_time_s"], float)
     bad = ~np.isfinite(t)
     if bad.any() and overlap is not None:
         # a pass too small for the scheme's micro-batches runs unsplit, as the engines do (SGLang's
         # two-batch overlap is skipped for a batch it cannot split): the engine default scheme
         sub = grid.take(np.flatnonzero(bad))
-        sk = dict(kw)
-        if sk.get("chunk") is not None:
-            sk["chunk"] = tuple(np.asarray(c)[bad] for c in sk["chunk"])
-        ev2, _ = evaluate_grid(dep.model, dep.hw, sub, phase=phase, overlap=None, **sk)
+        sub_chunk = None if chunk is None else tuple(np.asarray(c)[bad] for c in chunk)
+        ev2 = price_passes(dep.model, dep.hw, sub, pricing, phase=phase, overlap=None, chunk=sub_chunk)
         t[bad] = np.asarray(ev2.values["step_time_s"], float)
     if not np.all(np.isfinite(t)):  # a pass shape the deployment cannot run (never silently priced)
         bad = int(np.argmin(np.isfinite(t)))
@@ -190,7 +197,7 @@ def build(dep: Deployment, **kw) -> Surfaces:
     at several loads) price its surfaces once per process."""
     g = dep.grid
     key = (repr(dep.model), repr(dep.hw), tuple(float(getattr(g, a)[0]) for a in ("tp", "dp", "ep", "moe_tp", "mtp",
-           "acceptance", "redundant")), dep.overlap, tuple(sorted((k, str(v)) for k, v in dep.kw.items())),
+           "acceptance", "redundant")), dep.overlap, tuple(sorted((k, str(v)) for k, v in dep.pricing.as_dict().items())),
            tuple(sorted(kw.items())))  # fmt: skip
     if key not in _CACHE:
         if len(_CACHE) >= 16:
@@ -200,16 +207,17 @@ def build(dep: Deployment, **kw) -> Surfaces:
 
 
 def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens: float, prefill: bool,
-          fused: bool, graph_max_bs: int | None = None, prefill_eager: bool = True, n_ctx: int = 10,
-          n_tokens: int = 14, n_len: int = 8, fused_comm=None) -> Surfaces:  # fmt: skip
+          fused: bool, graph_max_bs: int | None = None, prefill_eager: bool = True, knots: Knots = Knots(),
+          fused_comm=None) -> Surfaces:  # fmt: skip
     """Price the pass shapes a simulation of `dep` can run: decode at every batch 1..max_batch,
     prefill-only passes (`prefill`) and fused passes (`fused`) up to `budget_tokens` per pass and
     prompts / contexts up to `max_context`. graph_max_bs: the engine's CUDA-graph capture limit
     (None: every decode batch graphed); prefill_eager: prefill passes launch eagerly; fused_comm: the
-    all-to-all of fused passes when it differs from the deployment's (SGLang extends on DeepEP normal)."""
+    all-to-all of fused passes when it differs from the deployment's (SGLang extends on DeepEP normal);
+    knots: how finely the tables are spaced."""
     max_batch = max(int(max_batch), 1)
     max_context = max(float(max_context), 2.0)
-    ctx = geometric_knots(1.0, max_context, n_ctx)
+    ctx = geometric_knots(1.0, max_context, knots.ctx)
     gmax = max_batch if graph_max_bs is None else int(graph_max_bs)
     b = np.arange(1, min(max_batch, EXACT_BATCH) + 1, dtype=float)
     if max_batch > EXACT_BATCH:  # the step is smooth in b at large batches: geometric knots
@@ -227,8 +235,8 @@ def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
         eager[sel] = _eval(dep, ge, Phase.DECODE, cuda_graphs=False).reshape(-1, ctx.size)
         count += ge.size
     s = Surfaces(b, ctx, table, eager, gmax)
-    toks = geometric_knots(1.0, max(budget_tokens, 1.0), n_tokens)
-    lens = geometric_knots(1.0, 2.0 * max_context, n_len)  # L up to 2p + c
+    toks = geometric_knots(1.0, max(budget_tokens, 1.0), knots.tokens)
+    lens = geometric_knots(1.0, 2.0 * max_context, knots.length)  # L up to 2p + c
     if prefill:
         T, L = np.meshgrid(toks, lens, indexing="ij")
         gp = _rows(dep, batch=T.ravel(), context=L.ravel())
@@ -254,4 +262,4 @@ def price(dep: Deployment, *, max_batch: int, max_context: float, budget_tokens:
     return s
 
 
-__all__ = ["Deployment", "Surfaces", "build", "price", "effective_length", "geometric_knots"]
+__all__ = ["Deployment", "Knots", "Surfaces", "build", "price", "effective_length", "geometric_knots"]

@@ -154,7 +154,7 @@ def run(cfg, set=None, **over):
 
 
 def step(cfg, set=None, **over) -> float:
-    return float(run(cfg, set, **over)["step_time_s"][0])
+    return float(run(cfg, set, **over)["step_time_s"])
 
 
 def _num(r, key) -> float:

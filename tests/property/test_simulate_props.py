@@ -10,6 +10,7 @@ import pytest
 
 from moesim.engine.phases import estimate
 from moesim.simulate.core import simulate
+from moesim.simulate.options import options
 from moesim.simulate.requests import Workload
 
 ZERO = dict(request_in_s=0.0, request_in_per_token_s=0.0, response_out_s=0.0, step_cpu_s=0.0, step_cpu_per_req_s=0.0)
@@ -22,8 +23,9 @@ def closed(n, conc, isl, osl, seed=0, spread=0.0, **kw):
     return Workload(rng.integers(lo_i, isl + 1, n), rng.integers(lo_o, osl + 1, n), concurrency=conc, label="t", **kw)
 
 
-def sim(work, engine="sglang", rules=None, **kw):
-    return simulate("deepseek-v3", "h200", workload=work, engine=engine, rules=rules, **{**DEP, **kw})
+def sim(work, engine="sglang", rules=None, set=None, seed=0, **kw):
+    grouped = options(engine=engine, rules=rules, **{**DEP, **kw})
+    return simulate("deepseek-v3", "h200", workload=work, set=set, seed=seed, **grouped)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])

@@ -70,6 +70,7 @@ def test_the_wheel_carries_what_the_runtime_reads(wheel):
         "examples/traffic_deepseek_day.yaml",
     ):
         assert data + need in names, need
+    assert "moesim/py.typed" in names  # PEP 561: the annotations are usable
     assert not [n for n in names if n.endswith(".csv.gz")]  # imported engine tables: fit inputs only
     assert {f"moesim-{moesim.__version__}.dist-info/licenses/{f}" for f in ("LICENSE", "NOTICE")} <= names
     assert wheel.stat().st_size < MAX_WHEEL_BYTES

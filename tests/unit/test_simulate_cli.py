@@ -13,6 +13,7 @@ from moesim.analyses import verify as V
 from moesim.errors import MoesimError
 from moesim.simulate.clients import closed_loop
 from moesim.simulate.core import simulate
+from moesim.simulate.options import options
 from tests.conftest import run_cli
 
 ROOF = ["--model", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--ep", "8", "--cost-mode", "roofline"]
@@ -61,7 +62,8 @@ def test_simulate_bad_flags_are_one_line(args, needle):
 def test_prompt_longer_than_the_kv_pool_is_refused():
     w = closed_loop(1, 2, 100_000, 4)
     with pytest.raises(MoesimError, match="serving instance .* KV pool holds 0 tokens per rank"):
-        simulate("deepseek-v3", "h200", workload=w, tp=8, ep=8, cost_mode="roofline", set=["hardware.memory_GB=95"])
+        grouped = options(tp=8, ep=8, cost_mode="roofline")
+        simulate("deepseek-v3", "h200", workload=w, set=["hardware.memory_GB=95"], **grouped)
 
 
 def test_verify_flags_a_closed_form_that_hides_the_queue():

@@ -4,6 +4,7 @@ import pytest
 
 from moesim import load_hardware, load_model
 from moesim.errors import SpecError
+from moesim.specs import loader
 
 
 def test_deepseek_v3_counts():
@@ -50,7 +51,7 @@ def test_bad_hardware_yaml(tmp_path, text, needle):
 
 
 def test_unknown_key_and_negative_bandwidth(tmp_path):
-    base = (load_hardware.__globals__["data_root"]() / "hardware" / "h800.yaml").read_text()
+    base = (loader.data_root() / "hardware" / "h800.yaml").read_text()
     p = tmp_path / "x.yaml"
     p.write_text(base + "\nbogus: 1\n")
     with pytest.raises(SpecError, match="bogus: unknown key"):

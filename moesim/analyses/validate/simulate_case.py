@@ -113,9 +113,12 @@ def workload(case: dict):
 def run_simulate_case(c) -> list:
     """Simulate the case's run; one check per published figure."""
     from moesim.simulate.core import simulate  # lazy: as above
+    from moesim.simulate.options import options  # lazy: as above
 
     kw, _ = simulate_kwargs(c.raw)
-    r = simulate(workload=workload(c.raw), cost_mode=c.raw.get("cost_mode", "calibrated"), **kw)
+    model, hardware = kw.pop("model"), kw.pop("hardware")
+    cost_mode = c.raw.get("cost_mode", "calibrated")
+    r = simulate(model, hardware, workload=workload(c.raw), **options(cost_mode=cost_mode, **kw))
     s = r.summary
     gpus = r.config["gpus"]
     checks = []
