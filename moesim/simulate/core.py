@@ -17,6 +17,7 @@ import numpy as np
 from moesim.engine.estimate import estimate_step
 from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import resolve_specs
+from moesim.engine.settings import Pricing, split_pricing
 from moesim.enums import DEFAULT_ENGINE, Engine, Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
@@ -102,12 +103,13 @@ def _deployment(model, hardware, layout: dict, common: dict, mean_len: float, ph
     or for a PD prefill pool one prefill pass: its overlap and all-to-all are the prefill's)."""
     kw = {k: layout.get(k) for k in LAYOUT_KEYS}
     batch = 1 if phase == "decode" else max(mean_len, 1.0)
-    d = estimate_step(model, hardware, phase=phase, batch=batch, context=max(mean_len, 1.0), **kw, **common)
+    given, rest = split_pricing({**kw, **common})
+    pricing = Pricing.of(**given)
+    d = estimate_step(model, hardware, phase=phase, batch=batch, context=max(mean_len, 1.0), pricing=pricing, **rest)
     c = d.config
     g = Grid.single(tp=c["tp"], dp=c["dp"], ep=c["ep"], moe_tp=c["moe_tp"], batch=1, context=mean_len, mtp=c["mtp"],
                     acceptance=c["acceptance"], redundant=c["redundant_experts"])  # fmt: skip
-    ekw = {k: common[k] for k in ("cost_mode", "expert_skew", "engine", "force_profile") if common.get(k) is not None}
-    ekw.update(comm=c["comm"], profile_path=common.get("profile"), context_dist="fixed")
+    ekw = {"pricing": pricing.replace(comm=c["comm"], context_dist="fixed")}
     dep = S.Deployment(d.model, d.hardware, g, overlap=kw.get("overlap"), kw=ekw)  # None: the engine default per pass
     return dep, c, []  # the batch-1 step's own notes (its rank imbalance, its memory) do not describe the run
 

@@ -152,6 +152,8 @@ def effective_length(new_tokens, cached_tokens) -> float:
 def _eval(dep: Deployment, grid: Grid, phase, **extra) -> np.ndarray:
     kw = dict(dep.kw)
     kw.update(extra)
+    per_pass = {k: kw.pop(k) for k in ("cuda_graphs", "comm") if k in kw}  # settings of this pass
+    kw["pricing"] = kw["pricing"].replace(**per_pass)
     overlap = dep.overlap
     if phase == Phase.PREFILL:
         from moesim.engine.serving import prefill_overlap  # lazy: only prefill surfaces need it
