@@ -85,9 +85,8 @@ def _row(df, i):
 
 @dataclass(frozen=True)
 class DisaggOptions:
-    """The search of `disagg` besides the workload, targets and pricing: each pool's hardware and
-    axes (None: `hardware`, the default spaces), the aggregated comparison, the instance and GPU
-    budgets, progress and verification."""
+    """`disagg`'s search besides workload, targets and pricing: each pool's hardware and axes (None: `hardware`,
+    the default spaces), the aggregated comparison, the instance and GPU budgets, progress, verification."""
 
     prefill_hardware: object = None
     decode_hardware: object = None
@@ -150,10 +149,8 @@ def disagg(model="deepseek-v3", hardware="h800", *, isl, osl, max_ttft_s, max_tp
     common = dict(pricing=pricing, set=set, progress=o.progress, fill_defaults=False)
     pre = _prefill_pool(m, hp, axes[0], isl, max_ttft_s, kv["transfer_s_per_request"], achievable, common, sr.notes)
     dec = _decode_pool(m, hd, axes[1], isl, osl, max_tpot_s, achievable, common, sr.notes)
-    mix = None
-    if o.compare_aggregated:
-        mix = _aggregated_pool(m, hd, axes[2] or axes[1], (isl, osl), (max_ttft_s, max_tpot_s),
-                               dict(common, chunk_tokens=o.chunk_tokens))  # fmt: skip
+    mix = (_aggregated_pool(m, hd, axes[2] or axes[1], (isl, osl), (max_ttft_s, max_tpot_s),
+                            dict(common, chunk_tokens=o.chunk_tokens)) if o.compare_aggregated else None)  # fmt: skip
     return _result(sr, pre, dec, mix)
 
 

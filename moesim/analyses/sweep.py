@@ -93,7 +93,7 @@ def tune_malloc() -> bool:
 
 # ---------------------------------------------------------------------------------------- sweep
 def sweep(model=None, hardware=None, phase=None, axes=None, *, set=None, study=None, pricing: Pricing | None = None,
-          out=None, top: int = 20, **options):  # fmt: skip
+          **options):  # fmt: skip
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
     model: catalog name / path / ModelSpec (default "deepseek-v3"); hardware: name, path, spec or a
@@ -114,16 +114,10 @@ def sweep(model=None, hardware=None, phase=None, axes=None, *, set=None, study=N
     when no configuration is valid (the CLI's choice). An unknown keyword is a ConfigError.
     study: a YAML path (see `load_study`); explicit arguments override it.
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``. The frame holds at most
-    `MAX_FRAME_CONFIGS` rows. out: a .csv / .parquet path: the rows are streamed there a piece at a
-    time, in grid order (the bytes `moesim sweep --out` writes; up to `MAX_CONFIGS`), and the result
-    is the ranked `top` rows with the whole sweep's counts in attrs (`moesim.analyses.sweep_stream`).
+    `MAX_FRAME_CONFIGS` rows; larger grids (up to `MAX_CONFIGS`) go piece by piece: `plan_sweep`
+    (same arguments) + `moesim.analyses.sweep_stream.iter_pieces`.
     """
     plan = plan_sweep(model, hardware, phase, axes, set=set, study=study, pricing=pricing, **options)
-    if out is not None:
-        # lazy: sweep_stream imports this module (its pieces are this module's plan)
-        from moesim.analyses.sweep_stream import stream_sweep
-
-        return stream_sweep(plan, out=out, top=top)[0]
     check_frame_size(plan)
     return evaluate_plan(plan)
 
