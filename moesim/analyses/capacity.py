@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.pricing import evaluate_grid, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_grid, check_redundant
@@ -70,20 +71,6 @@ class PrefillCapacity:
     sweep: dict = field(repr=False, default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PoolRun:
-    """How the planner evaluates a pool: the engine's settings (defaults as `moesim estimate`), and
-    ``notes``, a list the engine's notes extend (None: dropped). The ``**run`` keywords of
-    `decode_capacity` and `prefill_capacity`."""
-
-    cost_mode: str = "calibrated"
-    engine: str = "sglang"
-    expert_skew: object = "auto"
-    context_dist: object = "fixed"
-    profile: object = None
-    notes: list | None = None
-
-
 def specs_of(model, hardware, set_):
     """(ModelSpec, HardwareSpec) from names, paths or specs, with `--set` overrides."""
     return resolve_specs(model, hardware, set_)
@@ -95,38 +82,19 @@ def _finite(name, v, lo, hi, lo_open=False):
     return check_number(name, v, lo=lo, hi=hi, lo_open=lo_open, message=f"{name}: {v!r}; {allowed}")
 
 
-def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, run: PoolRun) -> dict:
-    """One evaluate_grid call over the batches at the pool's deployment -> the engine's values."""
+def _evaluate_pool(m, h, pool, phase, batch, context, mtp, acceptance, pricing: Pricing | None, notes) -> dict:
+    """One evaluate_grid call over the batches at the pool's deployment (its comm replacing the
+    pricing's) -> the engine's values; `notes` (a list or None) collects the engine's notes."""
     check_redundant(m, pool.redundant_experts)
-    grid = Grid.product(
-        tp=pool.tp,
-        dp=pool.dp,
-        ep=pool.ep,
-        moe_tp=1,
-        batch=batch,
-        context=context,
-        mtp=mtp,
-        acceptance=acceptance,
-        redundant=pool.redundant_experts,
-    )
+    grid = Grid.product(tp=pool.tp, dp=pool.dp, ep=pool.ep, moe_tp=1, batch=batch, context=context, mtp=mtp,
+                        acceptance=acceptance, redundant=pool.redundant_experts)  # fmt: skip
     ok, reason = check_grid(m, h, grid, phase)
     if not ok.all():
         raise ConfigError(f"{phase}: {reason[~ok][0]}")
-    ev, ns = evaluate_grid(
-        m,
-        h,
-        grid,
-        phase=phase,
-        overlap=pool.overlap,
-        cost_mode=run.cost_mode,
-        comm=pool.comm,
-        expert_skew=run.expert_skew,
-        context_dist=run.context_dist,
-        profile_path=run.profile,
-        engine=run.engine,
-    )
-    if run.notes is not None:
-        run.notes.extend(ns)
+    pricing = (pricing if pricing is not None else Pricing()).replace(comm=pool.comm)
+    ev, ns = evaluate_grid(m, h, grid, phase=phase, overlap=pool.overlap, pricing=pricing)
+    if notes is not None:
+        notes.extend(ns)
     return ev.values
 
 
@@ -138,17 +106,17 @@ def decode_capacity(
     context: float = 4989.0,
     min_tokens_per_s_per_user: float = 20.0,
     set=None,
-    **run,
+    pricing: Pricing | None = None,
+    notes: list | None = None,
 ) -> DecodeCapacity:
     """Largest batch (requests per DP group, swept 1..pool.max_batch in ONE evaluate_grid call)
     that fits memory and keeps tokens/s per user >= the SLO, and the throughput there.
-    run: `PoolRun`'s fields (cost_mode, engine, expert_skew, context_dist, profile, notes)."""
+    pricing: `Pricing` (default `Pricing()`); notes: a list the engine's notes extend (None: dropped)."""
     min_tokens_per_s_per_user = _finite("slo.min_tokens_per_s_per_user", min_tokens_per_s_per_user, 0, 1e6)
     max_batch = _finite("decode.max_batch", pool.max_batch, 1, 100_000)
     m, h = specs_of(model, hardware, set)
     batches = np.arange(1, int(max_batch) + 1, dtype=float)
-    run = PoolRun(**run)
-    v = _evaluate_pool(m, h, pool, "decode", batches, context, pool.mtp, pool.acceptance, run)
+    v = _evaluate_pool(m, h, pool, "decode", batches, context, pool.mtp, pool.acceptance, pricing, notes)
     user = np.asarray(v["tokens_per_s_per_user"], float)
     fits = np.asarray(v["fits"], bool)
     where = f"decode EP{pool.ep} DP{pool.dp} TP{pool.tp} on {h.name} (context {context:g}, mtp {pool.mtp})"
@@ -208,7 +176,8 @@ def prefill_capacity(
     cached_share: float = 0.0,
     prompt=None,
     set=None,
-    **run,
+    pricing: Pricing | None = None,
+    notes: list | None = None,
 ) -> PrefillCapacity:
     """Computed prompt tokens/s per node at the prefill deployment, over candidate batches
     (pool.batch_tokens halved down, ONE evaluate_grid call) that fit memory.
@@ -218,7 +187,7 @@ def prefill_capacity(
     head). Those tokens skip compute, but the computed tail attends to them (see
     `attention_context`). With max_ttft_s the pool runs at the utilisation of `ttft_utilisation`
     (M/G/1), maximised over the candidate batches; without a TTFT target at full load.
-    run: `PoolRun`'s fields (cost_mode, engine, expert_skew, context_dist, profile, notes).
+    pricing: `Pricing` (default `Pricing()`); notes: a list the engine's notes extend (None: dropped).
     """
     if max_ttft_s is not None:
         max_ttft_s = _finite("slo.max_ttft_s", max_ttft_s, 0, 1e6, lo_open=True)
@@ -232,8 +201,7 @@ def prefill_capacity(
         prompt = length_dist("", "prompt", prompt)
     m, h = specs_of(model, hardware, set)
     cand = np.unique(np.maximum(1.0, np.round(pool.batch_tokens / 2.0 ** np.arange(PREFILL_HALVINGS))))
-    run = PoolRun(**run)
-    v = _evaluate_pool(m, h, pool, "prefill", cand, attention_context(m, prompt, c), 0, 0.0, run)
+    v = _evaluate_pool(m, h, pool, "prefill", cand, attention_context(m, prompt, c), 0, 0.0, pricing, notes)
     step = np.asarray(v["step_time_s"], float)
     fits = np.asarray(v["fits"], bool)
     full = np.asarray(v["tokens_per_s_per_node"], float)

@@ -23,7 +23,8 @@ For a workload (ISL input and OSL output tokens per request) and SLOs (TTFT, TPO
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from moesim.analyses import budget as B
 from moesim.analyses import verify as V
 from moesim.analyses.sweep import defaults_not_given, sweep
 from moesim.engine.pricing import resolve_specs
-from moesim.enums import CostMode, Engine
+from moesim.engine.settings import Pricing
+from moesim.enums import CostMode
 from moesim.errors import ConfigError, is_positive_number
 from moesim.metrics.memory import kv_bytes_per_token_per_gpu
 from moesim.specs.study import normalize_axes
@@ -81,69 +83,88 @@ def _row(df, i):
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
 
 
-def disagg(
-    model="deepseek-v3",
-    hardware="h800",
-    *,
-    isl,
-    osl,
-    max_ttft_s,
-    max_tpot_s,
-    prefill_hardware=None,
-    decode_hardware=None,
-    prefill_axes=None,
-    decode_axes=None,
-    aggregated_axes=None,
-    cost_mode="calibrated",
-    engine="sglang",
-    expert_skew="auto",
-    context_dist="fixed",
-    set=None,
-    compare_aggregated=True,
-    max_instances=64,
-    progress=None,
-    chunk_tokens=None,
-    total_gpus=None,
-    gpus_per_node=None,
-    verify=False,
-) -> DisaggResult:
+@dataclass(frozen=True)
+class DisaggOptions:
+    """`disagg`'s search besides workload, targets and pricing: each pool's hardware and axes (None: `hardware`,
+    the default spaces), the aggregated comparison, the instance and GPU budgets, progress, verification."""
+
+    prefill_hardware: object = None
+    decode_hardware: object = None
+    prefill_axes: dict | None = None
+    decode_axes: dict | None = None
+    aggregated_axes: dict | None = None  # None: the decode axes
+    compare_aggregated: bool = True
+    max_instances: int = 64
+    progress: object = None
+    chunk_tokens: object = None  # aggregated: prefill tokens per pass (None: the engine's)
+    total_gpus: object = None
+    gpus_per_node: object = None
+    verify: bool = False
+
+
+OPTION_NAMES = tuple(f.name for f in fields(DisaggOptions))
+
+
+@dataclass
+class _Search:
+    """What the steps of one `disagg` share."""
+
+    m: object
+    hp: object
+    hd: object
+    workload: dict
+    kv: dict
+    budget: tuple | None
+    options: DisaggOptions
+    pricing: Pricing
+    set: object
+    notes: list
+
+
+def disagg(model="deepseek-v3", hardware="h800", *, isl, osl, max_ttft_s, max_tpot_s, set=None,
+           pricing: Pricing | None = None, options: DisaggOptions | None = None, **kw) -> DisaggResult:  # fmt: skip
     """Best prefill pool + best decode pool for (ISL, OSL) under TTFT / TPOT targets (seconds).
+    pricing: a `Pricing` (its fields may also be given as keywords); kw: also `DisaggOptions`' fields.
     total_gpus: at most this many GPUs in whole instances (x prefill + y decode; aggregated replicas),
     each instance counted in whole nodes of gpus_per_node (default: the hardware's NVLink domain)
     when it spans several; the result's `budget` compares the two at that size. verify: simulate the
     chosen PD pair and the aggregated best (`moesim.analyses.verify`) -> `verified`, notes."""
+    pricing, kw = Pricing.take("disagg", pricing, kw, OPTION_NAMES)
+    o = dataclasses.replace(options or DisaggOptions(), **kw)
     isl, osl, max_ttft_s, max_tpot_s = _positive_inputs(isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s)
-    max_instances = _max_instances(max_instances)
-    cost_mode = CostMode.parse(cost_mode, "cost_mode").value
-    m, hp = resolve_specs(model, prefill_hardware or hardware, set)
-    _, hd = resolve_specs(m, decode_hardware or hardware, set)
-    achievable = cost_mode != "roofline"
-    link_Bps = min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable))
-    engine = Engine.parse(engine, "engine").value
-    common = dict(cost_mode=cost_mode, engine=engine, expert_skew=expert_skew, context_dist=context_dist, set=set,
-                  progress=progress, fill_defaults=False)  # fmt: skip
-    notes, budget = [], None
-    if total_gpus is not None:
-        total_gpus, gpn = B.check_budget(total_gpus, gpus_per_node)
+    o = dataclasses.replace(o, max_instances=_max_instances(o.max_instances))
+    m, hp = resolve_specs(model, o.prefill_hardware or hardware, set)
+    _, hd = resolve_specs(m, o.decode_hardware or hardware, set)
+    achievable = pricing.cost_mode != CostMode.ROOFLINE
+    budget, axes = None, (o.prefill_axes, o.decode_axes, o.aggregated_axes)
+    if o.total_gpus is not None:
+        total_gpus, gpn = B.check_budget(o.total_gpus, o.gpus_per_node)
         budget = (total_gpus, gpn or hd.domain_gpus)
-        prefill_axes, decode_axes, aggregated_axes = _budget_axes(m, prefill_axes, decode_axes, aggregated_axes,
-                                                                  total_gpus)  # fmt: skip
-    kv = _kv_figures(m, isl, link_Bps)
-    kv_req_s = kv["transfer_s_per_request"]
-    pre = _prefill_pool(m, hp, prefill_axes, isl, max_ttft_s, kv_req_s, achievable, common, notes)
-    dec = _decode_pool(m, hd, decode_axes, isl, osl, max_tpot_s, achievable, common, notes)
+        axes = _budget_axes(m, *axes, total_gpus)
     workload = {"isl": isl, "osl": osl, "max_ttft_s": max_ttft_s, "max_tpot_s": max_tpot_s,
-                "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": cost_mode,
-                "engine": engine}  # fmt: skip
+                "prefill_hardware": hp.name, "decode_hardware": hd.name, "cost_mode": pricing.cost_mode.value,
+                "engine": pricing.engine.value}  # fmt: skip
+    kv = _kv_figures(m, isl, min(hp.rdma_Bps(achievable), hd.rdma_Bps(achievable)))
+    sr = _Search(m, hp, hd, workload, kv, budget, o, pricing, set, [])
+    common = dict(pricing=pricing, set=set, progress=o.progress, fill_defaults=False)
+    pre = _prefill_pool(m, hp, axes[0], isl, max_ttft_s, kv["transfer_s_per_request"], achievable, common, sr.notes)
+    dec = _decode_pool(m, hd, axes[1], isl, osl, max_tpot_s, achievable, common, sr.notes)
+    mix = (_aggregated_pool(m, hd, axes[2] or axes[1], (isl, osl), (max_ttft_s, max_tpot_s),
+                            dict(common, chunk_tokens=o.chunk_tokens)) if o.compare_aggregated else None)  # fmt: skip
+    return _result(sr, pre, dec, mix)
+
+
+def _result(sr: _Search, pre, dec, mix) -> DisaggResult:
+    """The best pools, rate-matched (or under the GPU budget), against the aggregated best."""
+    w, notes, budget = sr.workload, sr.notes, sr.budget
+    isl, osl = w["isl"], w["osl"]
     prow, drow = _best_row(pre), _best_row(dec)
-    _missing_notes(notes, prow, drow, max_ttft_s, max_tpot_s, kv_req_s)
+    _missing_notes(notes, prow, drow, w["max_ttft_s"], w["max_tpot_s"], sr.kv["transfer_s_per_request"])
     dep = B.disagg_budget(pre, dec, isl, osl, *budget) if budget else None
     if budget:
         prow, drow = _budget_rows(pre, dec, dep, notes, budget[0])
-    ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, max_instances, kv)
-    mix, agg = (_aggregated_best(_aggregated_pool(m, hd, aggregated_axes or decode_axes, (isl, osl),
-                (max_ttft_s, max_tpot_s), dict(common, chunk_tokens=chunk_tokens)), budget, notes)
-                if compare_aggregated else (None, None))  # fmt: skip
+    ratio, sys_tps, deployment = _rate_match(prow, drow, isl, osl, sr.options.max_instances, sr.kv)
+    mix, agg = _aggregated_best(mix, budget, notes) if mix is not None else (None, None)
     speedup = sys_tps / agg["tokens_per_s_per_gpu"] if agg and np.isfinite(sys_tps) else float("nan")
     budget_d = None
     if budget:
@@ -151,26 +172,13 @@ def disagg(
         deployment = {k: v for k, v in dep.items() if not k.endswith("_index")}
         sys_tps = dep["output_tokens_per_s_per_gpu"] if dep else sys_tps
         speedup = budget_d["disagg_over_aggregated_total"]
-    srch = _searched(pre, dec, mix, (prow, drow, agg), notes, {"tp": min(hp.domain_gpus, hd.domain_gpus)})
-    vkw = dict(set=set, expert_skew=expert_skew, chunk_tokens=chunk_tokens)
-    verified = V.verify_disagg(m, hd, (prow, drow, agg), deployment, workload, vkw, notes) if verify else []
-    return DisaggResult(
-        workload,
-        prow,
-        drow,
-        ratio,
-        deployment,
-        kv,
-        sys_tps,
-        sys_tps * (1.0 + isl / osl) if np.isfinite(sys_tps) else float("nan"),
-        agg,
-        speedup,
-        notes,
-        budget_d,
-        srch,
-        {"prefill": pre, "decode": dec, "mixed": mix},
-        verified,
-    )
+    limits = {"tp": min(sr.hp.domain_gpus, sr.hd.domain_gpus)}
+    srch = _searched(pre, dec, mix, (prow, drow, agg), notes, limits)
+    vkw = dict(pricing=sr.pricing, set=sr.set, chunk_tokens=sr.options.chunk_tokens)
+    verified = V.verify_disagg(sr.m, sr.hd, (prow, drow, agg), deployment, w, vkw, notes) if sr.options.verify else []
+    total_tps = sys_tps * (1.0 + isl / osl) if np.isfinite(sys_tps) else float("nan")
+    return DisaggResult(w, prow, drow, ratio, deployment, sr.kv, sys_tps, total_tps, agg, speedup, notes, budget_d,
+                        srch, {"prefill": pre, "decode": dec, "mixed": mix}, verified)  # fmt: skip
 
 
 def _budget_axes(m, prefill_axes, decode_axes, aggregated_axes, total_gpus):
@@ -380,4 +388,11 @@ def _instances(p_gpus, p_tps, d_gpus, d_tps, isl, osl, n_max):
     }
 
 
-__all__ = ["disagg", "DisaggResult", "kv_bytes_per_token_per_gpu", "DEFAULT_PREFILL_AXES", "DEFAULT_DECODE_AXES"]
+__all__ = [
+    "disagg",
+    "DisaggOptions",
+    "DisaggResult",
+    "kv_bytes_per_token_per_gpu",
+    "DEFAULT_PREFILL_AXES",
+    "DEFAULT_DECODE_AXES",
+]

@@ -46,7 +46,7 @@ from moesim.analyses.capacity import (
 from moesim.analyses.plan_agg import plan_aggregated
 from moesim.analyses.plan_units import HourlyPlan, intish, nic_warnings, units_for
 from moesim.engine.pricing import load_profile_for, profile_info
-from moesim.enums import CostMode
+from moesim.engine.settings import Pricing
 from moesim.errors import ConfigError
 from moesim.metrics.economics import day_economics
 from moesim.specs.traffic import Traffic, load_traffic, traffic_from_dict
@@ -150,35 +150,24 @@ def _as_traffic(traffic) -> Traffic:
     raise ConfigError(f"traffic: {type(traffic).__name__}; allowed a Traffic, a mapping or a YAML path")
 
 
-def plan(
-    traffic,
-    model="deepseek-v3",
-    hardware="h800",
-    cost_mode="calibrated",
-    *,
-    set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile=None,
-    engine="sglang",
-    verify=False,
-) -> PlanResult:
-    """Nodes, cost and economics for a traffic window (see the module doc for the method); `engine`
-    picks the calibration profile (sglang, trtllm, vllm). A traffic with an `aggregated:` pool is
-    planned as one aggregated pool (`moesim.analyses.plan_agg.AggregatedPlan`). verify: simulate one
-    prefill unit at its planned prompt rate (`verify_prefill`): the M/G/1 TTFT against the simulated one."""
+def plan(traffic, model="deepseek-v3", hardware="h800", cost_mode=None, *, set=None, pricing: Pricing | None = None,
+         verify=False, **kw) -> PlanResult:  # fmt: skip
+    """Nodes, cost and economics for a traffic window (see the module doc for the method), priced by
+    `pricing` (default `Pricing()`; cost_mode and the other `Pricing` fields may be given as keywords,
+    which win; its engine picks the calibration profile: sglang, trtllm, vllm). A traffic with an
+    `aggregated:` pool is planned as one aggregated pool (`moesim.analyses.plan_agg.AggregatedPlan`).
+    verify: simulate one prefill unit at its planned prompt rate (`verify_prefill`): the M/G/1 TTFT
+    against the simulated one."""
+    pricing, _ = Pricing.take("plan", pricing, dict(kw, cost_mode=cost_mode), ())
     t = _as_traffic(traffic)
-    cost_mode = CostMode.parse(cost_mode, "cost_mode").value
     m, h = specs_of(model, hardware, set)
     notes: list = []
-    pricing = profile_info(load_profile_for(h, cost_mode, profile, engine=engine)[0], engine)
-    run = dict(cost_mode=cost_mode, engine=pricing["engine"], expert_skew=expert_skew, context_dist=context_dist,
-               profile=profile, notes=notes)  # fmt: skip
+    info = profile_info(load_profile_for(h, pricing)[0], pricing.engine)
     if t.aggregated is not None:  # ONE aggregated pool: the aggregated-serving model (plan_agg)
-        return plan_aggregated(t, m, h, cost_mode, None, run, pricing)
-    dec = decode_capacity(
-        m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user, **run
-    )
+        return plan_aggregated(t, m, h, None, pricing, info, notes)
+    run = dict(pricing=pricing, notes=notes)
+    dec = decode_capacity(m, h, t.decode, context=t.context, min_tokens_per_s_per_user=t.min_tokens_per_s_per_user,
+                          **run)  # fmt: skip
     hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     pre = prefill_capacity(m, h, t.prefill, prompt_length=t.prompt_length, max_ttft_s=t.max_ttft_s,
                            cached_share=min(hit_share, 1.0 - 1e-9), prompt=t.prompt, **run)  # fmt: skip
@@ -201,12 +190,12 @@ def plan(
         "NIC traffic into the prefill pool, not costed in nodes",
         "throughputs are the model's own predictions at the deployment above; no published figure is an input",
     ]
-    verified = V.verify_prefill(m, h, t, pre, hit_share, run, set, notes) if verify else None
+    verified = V.verify_prefill(m, h, t, pre, hit_share, pricing, set, notes) if verify else None
     return PlanResult(
         traffic=t,
         model=m.name,
         hardware=h.name,
-        cost_mode=cost_mode,
+        cost_mode=pricing.cost_mode.value,
         gpus_per_node=gpn,
         usd_per_gpu_hour=float(price),
         kv_bytes_per_token=kvb,
@@ -217,7 +206,7 @@ def plan(
         economics=econ,
         warnings=nic_warnings(nic_util, t.hours, h),
         notes=list(dict.fromkeys(notes)),
-        pricing=pricing,
+        pricing=info,
         verified=verified,
     )
 

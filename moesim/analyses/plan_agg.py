@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.analyses.capacity import PoolRun, specs_of
+from moesim.analyses.capacity import specs_of
 from moesim.analyses.plan_units import HourlyPlan, intish, nic_warnings, units_for
 from moesim.engine.serving import evaluate_mixed
+from moesim.engine.settings import Pricing
 from moesim.enums import Overlap
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
@@ -70,7 +71,7 @@ def request_lengths(t, hit_share: float) -> tuple[float, float]:
     return isl, t.output_tokens * t.prompt_length / t.input_tokens
 
 
-def aggregated_capacity(m, h, pool: DecodePool, *, isl, osl, context, min_tps, max_ttft_s, run: PoolRun):
+def aggregated_capacity(m, h, pool: DecodePool, *, isl, osl, context, min_tps, max_ttft_s, pricing: Pricing, notes):
     """One serving evaluation over the concurrency 1..pool.max_batch -> AggregatedCapacity."""
     lo = micro_batches(Overlap(pool.overlap).value) if pool.overlap else 1  # a request per micro-batch at least
     batches = np.arange(min(lo, int(pool.max_batch)), int(pool.max_batch) + 1, dtype=float)
@@ -79,11 +80,9 @@ def aggregated_capacity(m, h, pool: DecodePool, *, isl, osl, context, min_tps, m
     ok, reason = check_grid(m, h, grid, "decode")
     if not ok.all():
         raise ConfigError(f"aggregated: {reason[~ok][0]}")
-    v, ns = evaluate_mixed(m, h, grid, isl=isl, osl=osl, overlap=pool.overlap, cost_mode=run.cost_mode,
-                           comm=pool.comm, expert_skew=run.expert_skew, context_dist=run.context_dist,
-                           profile_path=run.profile, engine=run.engine)  # fmt: skip
-    if run.notes is not None:
-        run.notes.extend(ns)
+    v, ns = evaluate_mixed(m, h, grid, isl=isl, osl=osl, overlap=pool.overlap, pricing=pricing.replace(comm=pool.comm))
+    if notes is not None:
+        notes.extend(ns)
     checks = {
         "memory": np.asarray(v["fits"], bool) & np.asarray(v["stable"], bool),
         "slo": np.asarray(v["tokens_per_s_per_user"], float) >= min_tps,
@@ -126,14 +125,16 @@ class AggregatedPlan(HourlyPlan):
         return self.plan_dict({"aggregated": section | pool | extra})
 
 
-def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dict) -> AggregatedPlan:
-    """The plan of module doc; run: PoolRun's keywords (its `notes` list collects the notes)."""
+def plan_aggregated(t, model, hardware, set_, pricing: Pricing, info: dict, notes: list) -> AggregatedPlan:
+    """The plan of module doc, priced by `pricing` (info: its engine and profile file, `profile_info`;
+    `notes` collects the notes)."""
+    cost_mode = pricing.cost_mode.value
     m, h = specs_of(model, hardware, set_)
     hit_share = t.cache_hit_tokens / t.input_tokens if t.input_tokens > 0 else 0.0
     isl, osl = request_lengths(t, min(hit_share, 1.0 - 1e-9))
-    pr = PoolRun(**run)
     agg = aggregated_capacity(m, h, t.aggregated, isl=isl, osl=osl, context=t.context,
-                              min_tps=t.min_tokens_per_s_per_user, max_ttft_s=t.max_ttft_s, run=pr)  # fmt: skip
+                              min_tps=t.min_tokens_per_s_per_user, max_ttft_s=t.max_ttft_s, pricing=pricing,
+                              notes=notes)  # fmt: skip
     gpn, kvb = int(h.gpus_per_node), float(m.kv_bytes_per_token)
     price = h.usd_per_gpu_hour if t.usd_per_gpu_hour is None else t.usd_per_gpu_hour
     hourly = _hourly(t, agg, h, kvb, gpn, price)
@@ -148,12 +149,11 @@ def plan_aggregated(t, model, hardware, cost_mode, set_, run: dict, pricing: dic
         "peak_nic_utilisation": float(hourly["nic_utilisation"].max()),
     }  # fmt: skip
     econ = day_economics(t, totals["average_nodes"], gpus_per_node=gpn, usd_per_gpu_hour=price)
-    notes = pr.notes if pr.notes is not None else []
     notes.append("one aggregated pool: prefill and decode share the GPUs (the engine's scheduler, closed loop at the "
                  "planned concurrency); cache hits skip prefill compute; no prefill->decode KV transfer")  # fmt: skip
     return AggregatedPlan(t, m.name, h.name, cost_mode, gpn, float(price), kvb, hourly, totals, econ,
                           nic_warnings(hourly["nic_utilisation"], t.hours, h), list(dict.fromkeys(notes)),
-                          pricing, aggregated=agg)  # fmt: skip
+                          info, aggregated=agg)  # fmt: skip
 
 
 def _hourly(t, agg: AggregatedCapacity, h, kvb: float, gpn: int, price) -> dict:

@@ -15,11 +15,14 @@ when the load grows. All candidates are priced at once (numpy), ranked by GPUs, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from moesim.analyses import budget as B
-from moesim.analyses.disagg import disagg
+from moesim.analyses.disagg import OPTION_NAMES, disagg
 from moesim.engine.pricing import resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.errors import ConfigError, is_positive_number
 
 CEIL_EPS = 1e-9  # ceil(2.0000000001) is 2: rounding noise in a capacity ratio is not one more instance
@@ -116,34 +119,39 @@ def disagg_candidates(pre, dec, isl, osl, load, gpn):
     )
 
 
-def recommend(
-    model="deepseek-v3",
-    hardware="h800",
-    *,
-    isl,
-    osl,
-    max_ttft_s,
-    max_tpot_s,
-    request_rate=None,
-    concurrency=None,
-    gpus_per_node=None,
-    include_disagg=True,
-    launch_top=0,
-    verify_top=0,
-    **disagg_kwargs,
-):
+@dataclass(frozen=True)
+class Shortlist:
+    """What `recommend` returns besides the search: the node size counted (None: the hardware's
+    NVLink domain), whether PD candidates join, how many candidates get launch commands / are simulated."""
+
+    gpus_per_node: object = None
+    include_disagg: bool = True
+    launch_top: int = 0
+    verify_top: int = 0
+
+
+SHORTLIST_FIELDS = tuple(f.name for f in fields(Shortlist))
+
+
+def recommend(model="deepseek-v3", hardware="h800", *, isl, osl, max_ttft_s, max_tpot_s, request_rate=None,
+              concurrency=None, pricing: Pricing | None = None, **kw):  # fmt: skip
     """Candidate deployments serving the load, fewest GPUs first (then most tokens/s per GPU): a
     DataFrame (mode, gpus, deployment, instances, capacity, tokens/s per GPU, TTFT, TPOT); the
     searched spaces and notes in ``attrs`` (with launch_top > 0, ``attrs["launch"]``: the
-    configurations of the first launch_top rows as (title, row, role) entries). disagg_kwargs go to `disagg` (axes, engine, cost_mode...)."""
+    configurations of the first launch_top rows as (title, row, role) entries). kw: `Shortlist`'s
+    fields, and `disagg`'s keywords (set, axes, `DisaggOptions`, the `Pricing` fields)."""
     import pandas as pd  # lazy: start-up time
 
+    sl = Shortlist(**{k: kw.pop(k) for k in SHORTLIST_FIELDS if k in kw})
+    pricing, disagg_kwargs = Pricing.take("recommend", pricing, kw, ("set", "options", *OPTION_NAMES))
+    gpus_per_node, launch_top, verify_top = sl.gpus_per_node, sl.launch_top, sl.verify_top
     load = _load(request_rate, concurrency)
-    r = disagg(model, hardware, isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s, **disagg_kwargs)
+    r = disagg(model, hardware, isl=isl, osl=osl, max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s, pricing=pricing,
+               **disagg_kwargs)  # fmt: skip
     gpn = int(gpus_per_node) if gpus_per_node else _domain(model, hardware, disagg_kwargs.get("set"))
     isl, osl = float(isl), float(osl)
     frames = [aggregated_candidates(r.frames["mixed"], osl, load, gpn)] if r.frames.get("mixed") is not None else []
-    if include_disagg:
+    if sl.include_disagg:
         frames.append(disagg_candidates(r.frames["prefill"], r.frames["decode"], isl, osl, load, gpn))
     frames = [f for f in frames if len(f)]
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["mode", "gpus"])
@@ -153,8 +161,9 @@ def recommend(
     launch = _launch_entries(out.head(launch_top), r.frames) if launch_top else []
     notes = list(r.notes)
     if verify_top and len(out):
+        vkw = dict(pricing=pricing, set=disagg_kwargs.get("set"), chunk_tokens=disagg_kwargs.get("chunk_tokens"))
         notes += _verify(out, r.frames, model, hardware, (isl, osl), (max_ttft_s, max_tpot_s), load, verify_top,
-                         disagg_kwargs)  # fmt: skip
+                         vkw)  # fmt: skip
     out = out.drop(columns=[c for c in ("_p", "_d", "_x") if c in out.columns])
     out.attrs.update({"launch": launch} if launch_top else {})
     out.attrs.update({"load": dict([load]), "gpus_per_node": gpn, "searched": r.searched, "notes": notes})
@@ -180,9 +189,7 @@ def _verify(out, frames, model, hardware, lengths, targets, load, top, kw) -> li
         cands.append(V.Candidate(c["deployment"], frames["decode"].loc[c["_d"]].to_dict(), n - x,
                                  frames["prefill"].loc[c["_p"]].to_dict(), x,
                                  closed={"ttft_s": c["ttft_s"], "tpot_s": c["tpot_s"]}))  # fmt: skip
-    keys = ("engine", "cost_mode", "set", "expert_skew", "chunk_tokens")
-    rows = V.verify(model, hardware, cands, isl=lengths[0], osl=lengths[1], load=load,
-                    **{k: kw[k] for k in keys if kw.get(k) is not None})  # fmt: skip
+    rows = V.verify(model, hardware, cands, isl=lengths[0], osl=lengths[1], load=load, **kw)
     for col in SIM_COLUMNS:
         out[col] = [r[col] for r in rows] + [float("nan")] * (len(out) - len(rows))
     return V.notes_of(rows, *targets)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.analyses.sweep_block import Run, evaluate_block
+from moesim.analyses.sweep_block import OPTION_FIELDS, SweepOptions, evaluate_block
 from moesim.analyses.sweep_grid import (  # noqa: F401  (re-exported: the sweep's grid helpers)
     PHASE_DEFAULTS,
     SCALAR_DEFAULTS,
@@ -32,7 +32,8 @@ from moesim.analyses.sweep_grid import (  # noqa: F401  (re-exported: the sweep'
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.pricing import resolve_specs
 from moesim.engine.serving import check_inputs
-from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
+from moesim.engine.settings import FIELDS, Pricing, split_pricing
+from moesim.enums import CommMode, Overlap, Phase
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_redundant, default_redundant, fix_hint
@@ -91,34 +92,8 @@ def tune_malloc() -> bool:
 
 
 # ---------------------------------------------------------------------------------------- sweep
-def sweep(
-    model=None,
-    hardware=None,
-    phase=None,
-    axes=None,
-    *,
-    cost_mode=None,
-    engine=None,
-    expert_skew=None,
-    context_dist=None,
-    filters=None,
-    min_tokens_per_s_per_user=None,
-    max_tpot_s=None,
-    max_ttft_s=None,
-    only_fits=None,
-    keep_invalid=True,
-    isl=None,
-    osl=None,
-    set=None,
-    study=None,
-    chunk_size=32768,
-    progress=None,
-    profile=None,
-    require_valid=False,
-    chunk_tokens=None,
-    request_rate=None,
-    fill_defaults=True,
-):
+def sweep(model=None, hardware=None, phase=None, axes=None, *, set=None, study=None, pricing: Pricing | None = None,
+          **options):  # fmt: skip
     """Evaluate every configuration of the axes' cartesian product -> pandas.DataFrame (one row each).
 
     model: catalog name / path / ModelSpec (default "deepseek-v3"); hardware: name, path, spec or a
@@ -126,21 +101,23 @@ def sweep(
     axes: {axis: list | scalar | "a:b" | "a:b:s"} over tp, dp, ep, moe_tp, batch, context, mtp,
     acceptance, redundant (numeric) and hardware, phase, overlap, comm (categorical); no numeric
     axis -> the DeepSeek-V3 space `DEFAULT_AXES` (prefill-only: batch `DEFAULT_PREFILL_BATCH`). ep (or dp) missing is derived: ep = tp x dp / moe_tp.
-    cost_mode: "calibrated" (default) | "roofline" | "measured"; engine: "sglang" (default) | "trtllm" |
-    "vllm", whose calibration profile prices the kernels (the `engine` column) and, for mixed, the scheduler.
-    mixed needs isl and osl (tokens); chunk_tokens: prefill tokens per forward pass (default: the
-    engine's); request_rate: requests/s per deployment (open loop; default: closed loop, batch =
-    concurrent requests per DP group).
-    filters / keywords: min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (seconds), only_fits —
-    a metric filter drops rows where the metric is defined and violates it; only_fits keeps valid rows
-    that fit; otherwise invalid rows stay (valid=False, with the reason) unless keep_invalid=False. study: a YAML path (see `load_study`);
-    explicit arguments override it. progress: callable(done_rows, total_rows) or None.
-    require_valid: raise ConfigError (with the first reason) when no configuration is valid (the CLI's choice).
+    pricing: a `Pricing` (cost_mode "calibrated" (default) | "roofline" | "measured"; engine "sglang"
+    (default) | "trtllm" | "vllm", whose calibration profile prices the kernels (the `engine` column)
+    and, for mixed, the scheduler; ...); its fields may also be given as keywords, which win.
+    options: `SweepOptions`' fields as keywords — mixed needs isl and osl (tokens); chunk_tokens:
+    prefill tokens per forward pass (default: the engine's); request_rate: requests/s per deployment
+    (open loop; default: closed loop, batch = concurrent requests per DP group). filters / keywords:
+    min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (seconds), only_fits — a metric filter drops
+    rows where the metric is defined and violates it; only_fits keeps valid rows that fit; otherwise
+    invalid rows stay (valid=False, with the reason) unless keep_invalid=False. progress:
+    callable(done_rows, total_rows) or None. require_valid: raise ConfigError (with the first reason)
+    when no configuration is valid (the CLI's choice). An unknown keyword is a ConfigError.
+    study: a YAML path (see `load_study`); explicit arguments override it.
     Notes (e.g. calibration fallbacks) are in ``df.attrs["notes"]``. The frame holds at most
-    `MAX_FRAME_CONFIGS` rows; larger grids (up to `MAX_CONFIGS`) go piece by piece:
-    `plan_sweep` (same arguments) + `moesim.analyses.sweep_stream.iter_pieces`.
+    `MAX_FRAME_CONFIGS` rows; larger grids (up to `MAX_CONFIGS`) go piece by piece: `plan_sweep`
+    (same arguments) + `moesim.analyses.sweep_stream.iter_pieces`.
     """
-    plan = plan_sweep(**locals())
+    plan = plan_sweep(model, hardware, phase, axes, set=set, study=study, pricing=pricing, **options)
     check_frame_size(plan)
     return evaluate_plan(plan)
 
@@ -169,35 +146,58 @@ def projection(plan, streamed: bool) -> tuple[float, float]:
 @dataclass
 class SweepPlan:
     """A checked sweep, nothing evaluated: the categorical blocks in evaluation order, the numeric
-    grid of each phase (`grid_axes` form, built lazily), the shared `Run` and the row filters."""
+    grid of each phase (`grid_axes` form, built lazily), the one `Pricing`, the options (mixed
+    workload, run controls), the resolved row filters and the progress state."""
 
     blocks: list  # [(model spec, hardware spec, phase, overlap, comm)]
     grids: dict  # phase -> (axis values, derived axis)
-    run: Run
+    pricing: Pricing
+    options: SweepOptions
     flt: dict
-    keep_invalid: bool
-    require_valid: bool
     total: int
+    state: dict  # progress: done, total, cb
     defaulted: list = dataclasses.field(default_factory=list)  # axes not given (the default space)
 
+    @property
+    def keep_invalid(self) -> bool:
+        return self.options.keep_invalid
 
-def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progress=None, profile=None, **kw):
+    @property
+    def require_valid(self) -> bool:
+        return bool(self.options.require_valid)
+
+
+def sweep_options(where: str, pricing, keywords: dict) -> tuple[Pricing | None, dict, SweepOptions]:
+    """A front door's keywords -> (`pricing` with the pricing keywords given (not None) applied, or
+    None when neither is given; those keywords; `SweepOptions`); an unknown keyword names `where`."""
+    given, rest = split_pricing(keywords)
+    unknown = sorted(set(rest) - set(OPTION_FIELDS))
+    if unknown:
+        names = ", ".join(sorted(OPTION_FIELDS + FIELDS))
+        raise ConfigError(f"{where}: unknown keyword(s) {', '.join(unknown)}; allowed {names}")
+    given = {k: v for k, v in given.items() if v is not None}
+    return pricing, given, SweepOptions(**rest)
+
+
+def plan_sweep(model=None, hardware=None, phase=None, axes=None, *, set=None, study=None, pricing=None, **options):
     """`sweep`'s arguments -> a `SweepPlan`: every user error (names, ranges, the configuration
-    count against `MAX_CONFIGS`) is raised here, before any evaluation."""
+    count against `MAX_CONFIGS`) is raised here, before any evaluation. The pricing: the study's
+    settings, replaced by `pricing` (if given), replaced by the pricing keywords given."""
+    pricing, explicit, opts = sweep_options("sweep", pricing, options)
     base = load_study(study) if study is not None else {}
-    keys = ("model", "hardware", "phase", "cost_mode", "expert_skew", "context_dist", "isl", "osl", "set", "axes")
-    st = _merge_study(base, *(kw.get(k) for k in keys), kw.get("fill_defaults", True))
-    st["engine"] = Engine.parse(engine if engine is not None else base.get("engine", DEFAULT_ENGINE), "engine").value
+    given = dict(model=model, hardware=hardware, phase=phase, isl=opts.isl, osl=opts.osl, set=set, axes=axes)
+    st = _merge_study(base, given, opts.fill_defaults)
+    pricing = Pricing.of(pricing if pricing is not None else Pricing.of(**split_pricing(base)[0]), **explicit)
     names = ("min_tokens_per_s_per_user", "max_tpot_s", "max_ttft_s", "only_fits")
-    flt = resolve_filters(base.get("filters", {}), filters, {k: kw.get(k) for k in names})
-    chunk_size = int(chunk_size)
-    if chunk_size < 1:
+    flt = resolve_filters(base.get("filters", {}), opts.filters, {k: getattr(opts, k) for k in names})
+    if int(opts.chunk_size) < 1:
         raise ConfigError("chunk_size: must be >= 1")
+    opts = dataclasses.replace(opts, chunk_size=int(opts.chunk_size), isl=st["isl"], osl=st["osl"])
     ax = st["axes"]
     hw_list, phases, overlaps, comms = _categoricals(ax, st["hardware"], st["phase"])
     if Phase.MIXED in phases:
         check_isl_osl(st["isl"], st["osl"])
-        check_inputs(st["isl"], st["osl"], kw.get("chunk_tokens"), kw.get("request_rate"))
+        check_inputs(st["isl"], st["osl"], opts.chunk_tokens, opts.request_rate)
     specs = [resolve_specs(st["model"], h, st["set"]) for h in hw_list]  # user errors (unknown names) raise here
     if "redundant" in st["defaulted"]:  # the default space's redundant slots, within this model's bound
         ax["redundant"] = default_redundant(specs[0][0], ax["redundant"])
@@ -206,13 +206,11 @@ def plan_sweep(*, study=None, engine=None, filters=None, chunk_size=32768, progr
     if total > MAX_CONFIGS:
         raise ConfigError(f"axes: {total:,} configurations; at most {MAX_CONFIGS:,} per sweep (split the study)")
     for m_, _ in specs[:1]:
-        check_imbalance_flags(m_, st["expert_skew"], st["context_dist"])
+        check_imbalance_flags(m_, pricing.expert_skew, pricing.context_dist)
         check_redundant(m_, [v for ph in grids for v in grids[ph][0]["redundant"]])
-    run = Run(st["cost_mode"], st["engine"], st["expert_skew"], st["context_dist"], st["isl"], st["osl"], chunk_size,
-              profile, {"done": 0, "total": total, "cb": progress}, kw.get("chunk_tokens"), kw.get("request_rate"))  # fmt: skip
     blocks = [(m, h, ph, ov, cm) for (m, h), ph, ov, cm in itertools.product(specs, phases, overlaps, comms)]
-    keep = kw.get("keep_invalid", True)
-    return SweepPlan(blocks, grids, run, flt, keep, bool(kw.get("require_valid")), total, list(st["defaulted"]))
+    state = {"done": 0, "total": total, "cb": opts.progress}
+    return SweepPlan(blocks, grids, pricing, opts, flt, total, state, list(st["defaulted"]))
 
 
 def evaluate_plan(plan: SweepPlan):
@@ -224,7 +222,7 @@ def evaluate_plan(plan: SweepPlan):
         if ph not in built:
             built[ph] = derived_grid(Grid.product(**plan.grids[ph][0]), plan.grids[ph][1])
         g, derived_reason = built[ph]
-        cols, nts = evaluate_block(m, h, g, derived_reason, ph, ov, cm, plan.run)
+        cols, nts = evaluate_block((m, h, ph, ov, cm), g, derived_reason, plan)
         notes += [n for n in nts if n not in notes]
         frames.append(pd.DataFrame(cols))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
@@ -233,28 +231,17 @@ def evaluate_plan(plan: SweepPlan):
     return df
 
 
-def _merge_study(
-    base, model, hardware, phase, cost_mode, expert_skew, context_dist, isl, osl, set_, axes, fill
-) -> dict:
-    """The study's settings, explicit arguments (not None) winning; the numeric axes default to
+def _merge_study(base: dict, given: dict, fill: bool) -> dict:
+    """The study's settings, the `given` arguments (not None) winning; the numeric axes default to
     `DEFAULT_AXES` when none is given (``defaulted``)."""
 
-    def pick(key, value, default=None):
-        return value if value is not None else base.get(key, default)
+    def pick(key, default=None):
+        return given[key] if given.get(key) is not None else base.get(key, default)
 
-    st = {
-        "model": pick("model", model, "deepseek-v3"),
-        "hardware": pick("hardware", hardware, "h800"),
-        "phase": pick("phase", phase, "decode"),
-        "cost_mode": CostMode.parse(pick("cost_mode", cost_mode, "calibrated"), "cost_mode").value,
-        "expert_skew": pick("expert_skew", expert_skew, "auto"),
-        "context_dist": pick("context_dist", context_dist, "fixed"),
-        "isl": pick("isl", isl),
-        "osl": pick("osl", osl),
-        "set": pick("set", set_),
-    }
+    st = {"model": pick("model", "deepseek-v3"), "hardware": pick("hardware", "h800"), "phase": pick("phase", "decode"),
+          "isl": pick("isl"), "osl": pick("osl"), "set": pick("set")}  # fmt: skip
     ax = dict(base.get("axes", {}))
-    ax.update(normalize_axes(axes))
+    ax.update(normalize_axes(given.get("axes")))
     st["defaulted"] = default_axes_for(ax, st["phase"]) if fill else {}
     st["axes"] = {**st["defaulted"], **ax}
     return st
@@ -362,6 +349,9 @@ def _apply_filters(df, flt, keep_invalid=True):
 
 __all__ = [
     "sweep",
+    "plan_sweep",
+    "SweepOptions",
+    "SweepPlan",
     "defaults_not_given",
     "default_axes_for",
     "load_study",

@@ -4,7 +4,7 @@ over the whole numeric grid, valid rows only, evaluated in memory-bounding chunk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -20,25 +20,35 @@ from moesim.specs.study import NUMERIC_AXES
 INT_COLUMNS = ("tp", "dp", "ep", "moe_tp", "gpus", "mtp", "redundant")
 
 
-@dataclass
-class Run:
-    """What every block of one sweep shares."""
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs besides its axes and pricing: the mixed phase's workload, the row filters
+    (metric thresholds in SI units; None: not applied) and the run's controls."""
 
-    cost_mode: str
-    engine: str
-    expert_skew: object
-    context_dist: object
-    isl: object
-    osl: object
-    chunk_size: int
-    profile: object
-    state: dict  # progress: done, total, cb
+    isl: object = None  # mixed: prompt tokens per request
+    osl: object = None  # mixed: output tokens per request
     chunk_tokens: object = None  # mixed: prefill tokens per pass (None: the engine's default)
     request_rate: object = None  # mixed: requests/s per deployment (None: closed loop at batch)
+    filters: dict | None = None
+    min_tokens_per_s_per_user: object = None
+    max_tpot_s: object = None
+    max_ttft_s: object = None
+    only_fits: object = None
+    keep_invalid: bool = True
+    require_valid: bool = False  # no valid configuration -> ConfigError (the CLI's choice)
+    fill_defaults: bool = True  # axes not given take the default space (`default_axes_for`)
+    chunk_size: int = 32768  # rows per engine call (memory bound)
+    progress: object = None  # callable(done_rows, total_rows) or None
 
 
-def evaluate_block(m, h, g, derived_reason, phase, overlap, comm, run: Run):
-    """One categorical combination over the whole numeric grid, valid rows only, in chunks."""
+OPTION_FIELDS = tuple(f.name for f in fields(SweepOptions))
+
+
+def evaluate_block(block, g, derived_reason, plan):
+    """One categorical combination `block` = (model, hardware, phase, overlap, comm) over the whole
+    numeric grid, valid rows only, in chunks. plan: the sweep's plan (`SweepPlan`: its pricing,
+    options and progress state); the block's comm (if not None) replaces the pricing's."""
+    m, h, phase, overlap, comm = block
     n = g.size
     check_phase = Phase.DECODE if phase == Phase.MIXED else phase
     ok, reason = check_grid(m, h, g, check_phase)
@@ -46,16 +56,17 @@ def evaluate_block(m, h, g, derived_reason, phase, overlap, comm, run: Run):
         bad = derived_reason != ""
         reason = np.where(bad, derived_reason, reason).astype(object)
         ok = ok & ~bad
-    cols = _label_columns(m, h, g, phase, overlap, comm, run)
+    pricing = plan.pricing if comm is None else plan.pricing.replace(comm=comm)
+    cols = _label_columns(m, h, g, (phase, overlap, pricing.comm), pricing, plan.options)
     idx = np.flatnonzero(ok)
     try:
-        out, notes = _evaluate_rows(m, h, g, idx, phase, overlap, comm, run)
+        out, notes = _evaluate_rows(m, h, g, idx, (phase, overlap, pricing), plan)
     except MoesimError as e:  # a combination the engine rejects as a whole (e.g. overlap vs phase)
         ok = np.zeros(n, bool)
         reason = np.full(n, str(e), dtype=object)
         out, notes = {}, []
     ok, reason = _unrunnable(g, out, ok, reason, "token" if phase == Phase.PREFILL else "request")
-    _tick(run.state, n - idx.size)
+    _tick(plan.state, n - idx.size)
     return _assemble(cols, out, n, ok, reason), notes
 
 
@@ -81,17 +92,18 @@ def _unrunnable(g, out, ok, reason, unit: str):
     return ok, reason
 
 
-def _label_columns(m, h, g, phase, overlap, comm, run: Run) -> dict:
+def _label_columns(m, h, g, labels, pricing, opts: SweepOptions) -> dict:
     """The label columns of a block: names, requested and default settings, the numeric axes."""
-    n = g.size
+    (phase, overlap, comm), n = labels, g.size
+    comm = comm.value if comm is not None else None
     check_phase = Phase.DECODE if phase == Phase.MIXED else phase
     cols = {
         "model": text_column(m.name, n),
         "hardware": text_column(h.name, n),
         "phase": text_column(phase.value, n),
         "comm": text_column(comm or default_comm(check_phase).value, n),
-        "cost_mode": text_column(run.cost_mode, n),
-        "engine": text_column(run.engine, n),
+        "cost_mode": text_column(pricing.cost_mode.value, n),
+        "engine": text_column(pricing.engine.value, n),
         "comm_requested": text_column(comm or "default", n),
         "overlap_requested": text_column(overlap or "default", n),
     }
@@ -99,7 +111,7 @@ def _label_columns(m, h, g, phase, overlap, comm, run: Run) -> dict:
         cols[a] = getattr(g, a)
     cols["gpus"] = g.tp * g.dp
     if phase == Phase.MIXED:
-        cols["isl"], cols["osl"] = np.full(n, float(run.isl)), np.full(n, float(run.osl))
+        cols["isl"], cols["osl"] = np.full(n, float(opts.isl)), np.full(n, float(opts.osl))
     return cols
 
 
@@ -117,26 +129,19 @@ def text_column(value: str, n: int):
     return pd.array(pa.array([value], pa.large_string()).take(np.zeros(n, np.int32)), dtype=dtype)
 
 
-def _evaluate_rows(m, h, g, idx, phase, overlap, comm, run: Run):
-    """Evaluate rows `idx` of the grid in chunks -> ({metric: full-length array}, notes)."""
-    n = g.size
+def _evaluate_rows(m, h, g, idx, how, plan):
+    """Evaluate rows `idx` of the grid in chunks -> ({metric: full-length array}, notes);
+    how: (phase, overlap, the block's Pricing)."""
+    (phase, overlap, pricing), opts, n = how, plan.options, g.size
     out, notes = {}, []
-    for s in range(0, idx.size, run.chunk_size):
-        sel = idx[s : s + run.chunk_size]
-        kw = dict(
-            overlap=overlap,
-            cost_mode=run.cost_mode,
-            comm=comm,
-            expert_skew=run.expert_skew,
-            context_dist=run.context_dist,
-            profile_path=run.profile,
-            engine=run.engine,
-        )
+    for s in range(0, idx.size, opts.chunk_size):
+        sel = idx[s : s + opts.chunk_size]
         if phase == Phase.MIXED:
-            vals, nts = evaluate_mixed(m, h, g.take(sel), isl=run.isl, osl=run.osl, chunk_tokens=run.chunk_tokens,
-                                       request_rate=run.request_rate, **kw)  # fmt: skip
+            vals, nts = evaluate_mixed(m, h, g.take(sel), isl=opts.isl, osl=opts.osl, overlap=overlap,
+                                       chunk_tokens=opts.chunk_tokens, request_rate=opts.request_rate,
+                                       pricing=pricing)  # fmt: skip
         else:
-            ev, nts = evaluate_grid(m, h, g.take(sel), phase=phase, **kw)
+            ev, nts = evaluate_grid(m, h, g.take(sel), phase=phase, overlap=overlap, pricing=pricing)
             vals = ev.values
         notes += [x for x in nts if x not in notes]
         for k, v in vals.items():
@@ -144,7 +149,7 @@ def _evaluate_rows(m, h, g, idx, phase, overlap, comm, run: Run):
             if k not in out:
                 out[k] = _empty_column(v.dtype, n)
             out[k][sel] = v
-        _tick(run.state, sel.size)
+        _tick(plan.state, sel.size)
     return out, notes
 
 

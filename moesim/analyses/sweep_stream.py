@@ -42,7 +42,7 @@ def iter_pieces(plan: SweepPlan, rows: int = PIECE_ROWS):
         n = grid_size(vals)
         for s in range(0, n, rows):
             g, reason = grid_piece(vals, derive, s, min(n, s + rows))
-            cols, notes = evaluate_block(m, h, g, reason, ph, ov, cm, plan.run)
+            cols, notes = evaluate_block((m, h, ph, ov, cm), g, reason, plan)
             df = pd.DataFrame(cols)
             valid = df["valid"].to_numpy(bool)
             fit = int((valid & df["fits"].to_numpy(bool)).sum())
@@ -74,13 +74,13 @@ def probe_frame(plan: SweepPlan, rows: int = PIECE_ROWS):
     `sweep` concatenates blocks: the in-memory frame's columns, in its order, with its dtypes."""
     import pandas as pd  # lazy: start-up time
 
-    run = dataclasses.replace(plan.run, state={"done": 0, "total": 1, "cb": None})
+    quiet = dataclasses.replace(plan, state={"done": 0, "total": 1, "cb": None})
     frames = []
     for m, h, ph, ov, cm in plan.blocks:
         vals, derive = plan.grids[ph]
         i = _first_valid(m, h, ph, vals, derive, rows)
         g, reason = grid_piece(vals, derive, i, i + 1)
-        frames.append(pd.DataFrame(evaluate_block(m, h, g, reason, ph, ov, cm, run)[0]))
+        frames.append(pd.DataFrame(evaluate_block((m, h, ph, ov, cm), g, reason, quiet)[0]))
     df = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
     ints = int_columns(plan)
     for k in INT_COLUMNS:

@@ -6,9 +6,11 @@ import numpy as np
 
 from moesim import workload as W
 from moesim.balance.factors import apply_factors, factors_for, imbalance_factors
+from moesim.engine.estimate import StepConfig
 from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
-from moesim.enums import CommMode, CostMode, Engine, OpKind, Overlap, Phase, Stream
+from moesim.engine.settings import Pricing
+from moesim.enums import OpKind, Overlap, Phase, Stream
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
@@ -18,65 +20,40 @@ from moesim.schedule.schemes import SCHEMES, layer_period, slot_label, slot_time
 from moesim.specs.engine import load_engine_model
 
 
-def layer_timeline(
-    model="deepseek-v3",
-    hardware="h800",
-    *,
-    phase="decode",
-    tp=1,
-    dp=None,
-    ep=None,
-    moe_tp=1,
-    batch=64,
-    context=4096,
-    mtp=0,
-    acceptance=0.8,
-    redundant_experts=0,
-    overlap=None,
-    cost_mode="calibrated",
-    comm=None,
-    set=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    engine="sglang",
-) -> dict:
+def layer_timeline(model="deepseek-v3", hardware="h800", *, phase="decode", set=None, pricing: Pricing | None = None,
+                   **config) -> dict:  # fmt: skip
     """-> {"events": [...], "period_s": float, "scheme": str, "title": str}. Events: dicts with stream,
-    micro_batch, label, start_s, end_s, ops (list of (name, time_s) inside compute slots)."""
+    micro_batch, label, start_s, end_s, ops (list of (name, time_s) inside compute slots).
+    config: `StepConfig`'s fields (defaults here: tp 1, moe_tp 1, batch 64, context 4096);
+    pricing: `Pricing` (default `Pricing()`: cost mode, engine, comm, expert skew, context distribution)."""
+    c = StepConfig.of("layer_timeline", config)
+    p = pricing if pricing is not None else Pricing()
     phase = Phase.parse(phase, "phase")
-    cost_mode = CostMode.parse(cost_mode, "cost_mode")
-    engine = Engine.parse(engine, "engine")
     m, h = resolve_specs(model, hardware, set)
-    tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
-    grid = Grid.single(
-        tp=tp,
-        dp=dp,
-        ep=ep,
-        moe_tp=moe_tp,
-        batch=batch,
-        context=context,
-        mtp=0 if phase == Phase.PREFILL else mtp,
-        acceptance=acceptance,
-        redundant=redundant_experts,
-    )
+    tp, dp, ep, moe_tp = resolve_parallel(m, _or(c.tp, 1), c.dp, c.ep, _or(c.moe_tp, 1))
+    batch, context = _or(c.batch, 64), _or(c.context, 4096)
+    grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context,
+                       mtp=0 if phase == Phase.PREFILL else c.mtp, acceptance=c.acceptance,
+                       redundant=c.redundant_experts)  # fmt: skip
     require_valid(m, h, grid, phase)
-    scheme_name = _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist, engine)
+    scheme_name = _scheme_name(m, h, grid, phase, c.overlap, p)
     scheme = SCHEMES[scheme_name]
-    comm = CommMode.parse(comm, "comm") if comm else default_comm(phase)
-    prof, notes = load_profile_for(h, cost_mode, engine=engine)
-    imb, _ = imbalance_factors(m, h, grid, phase, expert_skew, context_dist, cost_mode.value)
-    em = load_engine_model(engine)  # the MoE path the engine runs (moesim.specs.engine), as evaluate prices it
+    comm = p.comm or default_comm(phase)
+    prof, notes = load_profile_for(h, p)
+    imb, _ = imbalance_factors(m, h, grid, phase, p.expert_skew, p.context_dist, p.cost_mode.value)
+    em = load_engine_model(p.engine)  # the MoE path the engine runs (moesim.specs.engine), as evaluate prices it
     comm = em.requested(comm, phase)
     path = em.moe_paths(comm, dp=grid.dp, ep=grid.ep, mnnvl=h.domain_gpus > h.gpus_per_node)
     f = factors_for(imb, scheme.micro_batches) if imb else {}
     wl = W.build(m, h, grid, phase, comm, micro_batches=scheme.micro_batches, path=path, load=f.get("experts"))
-    costs = CostModel(h, m, cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
+    costs = CostModel(h, m, p.cost_mode, prof).costs(wl.moe_layer if m.is_moe else wl.dense_layer)
     if imb:
         costs = apply_factors(costs, f, routed_in_work=True)
     trace: list = []
     period = float(np.ravel(layer_period(costs, scheme, trace=trace))[0])
     title = (
         f"{m.name} {h.name} {phase.value} TP{tp} DP{dp} EP{ep} batch {batch:g} ctx {context:g} · "
-        f"{scheme_name} · {cost_mode.value} · {engine.value} · {comm.value} · layer {period * 1e6:.0f} µs"
+        f"{scheme_name} · {p.cost_mode.value} · {p.engine.value} · {comm.value} · layer {period * 1e6:.0f} µs"
     )
     return {
         "events": _events(trace, scheme, costs),
@@ -84,27 +61,20 @@ def layer_timeline(
         "scheme": scheme_name,
         "title": title,
         "notes": notes,
-        **profile_info(prof, engine),
+        **profile_info(prof, p.engine),
         "slot_compute_s": [float(np.ravel(slot_time(costs, s))[0]) for s in scheme.slots],
     }
 
 
-def _scheme_name(m, h, grid, phase, overlap, cost_mode, comm, expert_skew, context_dist, engine) -> str:
+def _or(v, default):
+    return default if v is None else v
+
+
+def _scheme_name(m, h, grid, phase, overlap, pricing: Pricing) -> str:
     """The schedule to draw: the requested one, or the one `moesim estimate` picks for "auto"."""
     if overlap in (None, "auto", Overlap.AUTO):
         # the schedule `moesim estimate` would pick for this configuration (fastest; never "ideal")
-        ev, _ = evaluate_grid(
-            m,
-            h,
-            grid,
-            phase=phase,
-            overlap="auto",
-            cost_mode=cost_mode,
-            comm=comm,
-            expert_skew=expert_skew,
-            context_dist=context_dist,
-            engine=engine,
-        )
+        ev, _ = evaluate_grid(m, h, grid, phase=phase, overlap="auto", pricing=pricing)
         scheme_name = ev.chosen
     else:
         scheme_name = Overlap.parse(overlap, "overlap").value

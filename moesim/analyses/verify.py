@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from moesim.engine.settings import Pricing
+
 DISAGREE = 0.10  # closed form vs simulation, relative: the issue's threshold
 RANGE_RATIO = 0.2
 MIN_REQUESTS, MAX_REQUESTS, WAVES = 300, 3000, 6
@@ -76,10 +78,12 @@ def _workload(c: Candidate, isl, osl, load, seed):
                          seed=seed)  # fmt: skip
 
 
-def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None, engine="sglang",
-           cost_mode="calibrated", set=None, expert_skew="auto", chunk_tokens=None, seed=0) -> list[dict]:  # fmt: skip
+def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None, pricing: Pricing | None = None,
+           set=None, chunk_tokens=None, seed=0) -> list[dict]:  # fmt: skip
     """Simulate each candidate -> one dict per candidate: the simulated figures (sim_*), the closed
-    form's, their relative gaps and `disagrees` (notes where a gap exceeds DISAGREE)."""
+    form's, their relative gaps and `disagrees` (notes where a gap exceeds DISAGREE). pricing: its
+    engine, cost mode and expert skew go to the simulator (default `Pricing()`)."""
+    p = pricing if pricing is not None else Pricing()
     from moesim.simulate.core import simulate  # lazy: the simulator only when a candidate is verified
     from moesim.simulate.options import options  # lazy: as above
 
@@ -101,7 +105,7 @@ def verify(model, hardware, candidates: list[Candidate], *, isl, osl, load=None,
                              "rules": {"chunk_tokens": tokens, "max_prefill_tokens": tokens}}  # fmt: skip
         work = _workload(c, isl, osl, load, seed)
         r = simulate(model, hardware, workload=work, set=set, seed=seed,
-                     **options(engine=engine, cost_mode=cost_mode, expert_skew=expert_skew, **kw))  # fmt: skip
+                     **options(engine=p.engine, cost_mode=p.cost_mode, expert_skew=p.expert_skew, **kw))  # fmt: skip
         s = r.summary
         row = {
             "candidate": c.label,
@@ -143,13 +147,12 @@ def verify_disagg(m, hw, rows, deployment, workload: dict, kw: dict, notes: list
     if agg:
         cands.append(Candidate("aggregated", agg, 1, closed={"ttft_s": agg["ttft_s"], "tpot_s": agg["tpot_s"]}))
     kw = {k: v for k, v in kw.items() if v is not None}
-    out = verify(m, hw, cands, isl=workload["isl"], osl=workload["osl"], engine=workload["engine"],
-                 cost_mode=workload["cost_mode"], **kw)  # fmt: skip
+    out = verify(m, hw, cands, isl=workload["isl"], osl=workload["osl"], **kw)
     notes += notes_of(out, workload["max_ttft_s"], workload["max_tpot_s"])
     return out
 
 
-def verify_prefill(m, h, t, pre, hit_share: float, run: dict, set_, notes: list) -> dict | None:
+def verify_prefill(m, h, t, pre, hit_share: float, pricing: Pricing, set_, notes: list) -> dict | None:
     """One prefill unit at its planned prompt rate (utilisation x full-load computed tokens/s per
     unit / computed tokens per prompt), simulated as a PD prefill pool alone (`moesim.simulate`,
     prefill_only): Poisson arrivals, prompts +-20 % around the traffic's length, the cache-hit share
@@ -172,8 +175,9 @@ def verify_prefill(m, h, t, pre, hit_share: float, run: dict, set_, notes: list)
     tokens = int(pre.batch_tokens)
     r = simulate(m, h, workload=work, set=set_, **options(
                  tp=p.tp, dp=p.dp, ep=p.ep, redundant_experts=p.redundant_experts, overlap=p.overlap, comm=p.comm,
-                 engine=run["engine"], cost_mode=run["cost_mode"], expert_skew=run["expert_skew"], hit_ratio=hit_share,
-                 prefill_only=True, rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens}))  # fmt: skip
+                 engine=pricing.engine, cost_mode=pricing.cost_mode, expert_skew=pricing.expert_skew,
+                 hit_ratio=hit_share, prefill_only=True,
+                 rules={"chunk_tokens": tokens, "max_prefill_tokens": tokens}))  # fmt: skip
     s = r.summary
     out = {"prompts_per_s_per_unit": rate, "sim_ttft_mean_s": s["ttft_mean_s"], "sim_ttft_p90_s": s["ttft_p90_s"],
            "closed_ttft_s": pre.ttft_s, "load": work.label}  # fmt: skip

@@ -71,7 +71,7 @@ def estimate(
     emit_launch: O.EmitLaunch = False,
 ):
     """One step of one configuration: per-op time, share and bound, memory and throughput."""
-    kwargs = {**O.estimate_kwargs(cfg), "cuda_graphs": cuda_graphs}
+    kwargs = O.estimate_kwargs(cfg, cuda_graphs=cuda_graphs)
     r = run_estimate(**kwargs)
     r.notes += inert_whatif_notes(run_estimate, kwargs, r)
     if json_out or out:

@@ -70,8 +70,7 @@ def recommend_cmd(
             gpus_per_node=gpus_per_node,
             include_disagg=not no_disagg,
             set=set_,
-            cost_mode=cost_mode,
-            engine=engine,
+            pricing=O.pricing_of({"cost_mode": cost_mode, "engine": engine}),
             total_gpus=max_gpus,
             progress=prog.update,
             launch_top=1 if emit_launch else 0,  # the best candidate's instances

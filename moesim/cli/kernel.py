@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from moesim.cli import options as O
+from moesim.engine.settings import Pricing
 from moesim.workload.kernels import OPS, kernel_work
 
 LIBRARY_HELP = (
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
         mdl, hw = resolve_specs(model, hardware, set_)
         cm_mode = CostMode.parse(cost_mode, "cost_mode")
-        prof, notes = load_profile_for(hw, cm_mode, engine=engine)
+        prof, notes = load_profile_for(hw, Pricing.of(cost_mode=cm_mode, engine=engine))
         shape = dict(m=m, n=n, k=k, groups=groups, layout=layout, batch=batch, q_len=q_len, context=context)
         shape |= dict(heads=heads, ep=ep, tokens=tokens, mode=mode, gpus=gpus, nbytes=nbytes)
         if library is not None and op not in COLLECTIVE_OPS:
@@ -99,7 +100,7 @@ def _price(w, mdl, hw, cm_mode, prof, library: str, engine: str) -> dict:
     if w.comm_op not in COLLECTIVE_OPS:
         return price_kernel(w, mdl, hw, cm_mode, prof)
     # roofline mode reads no profile; the custom all-reduce's backends and size limit come from the engine's
-    engine_prof = prof or load_profile_for(hw, CostMode.CALIBRATED, engine=engine)[0]
+    engine_prof = prof or load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine=engine))[0]
     return price_collective(w, mdl, hw, cm_mode, prof, library, backends_profile=engine_prof, engine=engine)
 
 

@@ -11,6 +11,7 @@ command as one dict."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Annotated
 import typer
 
 from moesim import units as U
+from moesim.engine.settings import Pricing, split_pricing
 
 AXIS_HELP = "comma list, A:B (doubling from A to B) or A:B:STEP (linear)"
 HELP = {
@@ -220,10 +222,23 @@ def grid_block(
     """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
 
 
-def estimate_kwargs(cfg: dict) -> dict:
-    """A block's values -> keyword arguments of the library call (`estimate`, `roofline`,
-    `layer_timeline`; ``--set`` is its ``set``)."""
-    return {("set" if k == "set_" else k): v for k, v in cfg.items()}
+def pricing_of(values, **extra) -> Pricing:
+    """The one `Pricing` of a command: its parsed option values (a dict or dataclass; the keys
+    named as `Pricing`'s fields, others ignored) and `extra` options; None: the default."""
+    if dataclasses.is_dataclass(values):
+        values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
+    given, _ = split_pricing({**values, **extra})
+    return Pricing.of(**given)
+
+
+def estimate_kwargs(cfg, **extra) -> dict:
+    """A block's values (and `extra` pricing options, e.g. cuda_graphs) -> keyword arguments of the
+    library call (`estimate`, `roofline`, `layer_timeline`; ``--set`` is its ``set``; the pricing
+    options as one ``pricing``)."""
+    if dataclasses.is_dataclass(cfg):
+        cfg = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    _, rest = split_pricing(cfg)
+    return {**{("set" if k == "set_" else k): v for k, v in rest.items()}, "pricing": pricing_of(cfg, **extra)}
 
 
 def shared(name: str, block: Callable) -> Callable:

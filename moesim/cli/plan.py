@@ -192,7 +192,8 @@ def plan(
     t = traffic_from_flags(traffic, flags)
     if plot is not None and t.aggregated is not None:
         raise ConfigError("--plot: draws the prefill and decode pools; not available with an aggregated pool")
-    r = run_plan(t, model, hardware, cost_mode, set=set_, expert_skew=expert_skew, engine=engine, verify=verify)
+    pricing = O.pricing_of({"cost_mode": cost_mode, "expert_skew": expert_skew, "engine": engine})
+    r = run_plan(t, model, hardware, set=set_, pricing=pricing, verify=verify)
     d = r.to_dict()
     _write_plan(r, d, out, plot)
     if json_out:

@@ -350,10 +350,9 @@ def disagg_cmd(
             decode_hardware=decode_hardware,
             prefill_axes=pax,
             decode_axes=dax,
-            cost_mode=cost_mode,
-            engine=engine,
-            expert_skew=expert_skew,
-            context_dist=context_dist,
+            pricing=O.pricing_of(
+                {"cost_mode": cost_mode, "engine": engine, "expert_skew": expert_skew, "context_dist": context_dist}
+            ),
             set=set_,
             compare_aggregated=not no_aggregated,
             chunk_tokens=chunk_tokens,

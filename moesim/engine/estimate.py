@@ -3,13 +3,15 @@ breakdown, notes and the echoed configuration (EstimateResult; `moesim estimate 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from moesim.balance.factors import expert_load_info
 from moesim.engine.pricing import evaluate_grid, resolve_specs
-from moesim.enums import DEFAULT_ENGINE, CommMode, CostMode, Engine, Overlap, Phase
+from moesim.engine.settings import Pricing
+from moesim.enums import Overlap, Phase
 from moesim.errors import ConfigError, check_number
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
@@ -181,62 +183,87 @@ def _tbo_note(ev, h, phase, ep, comm_sms) -> list:
     ]
 
 
-def _inputs(m: ModelSpec, phase, batch, context, mtp, acceptance, redundant_experts):
-    batch = DEFAULTS[phase.value]["batch"] if batch is None else _number("batch", batch, "a number in (0, 1e9]")
+@dataclass(frozen=True)
+class StepConfig:
+    """The deployment and workload scalars of one configuration (None: the phase default
+    `DEFAULTS`, or derived by `resolve_parallel`): parallelism, batch (requests per DP group;
+    prefill: tokens), context (tokens), MTP draft tokens, acceptance, redundant expert slots, overlap."""
+
+    tp: object = None
+    dp: object = None
+    ep: object = None
+    moe_tp: object = None
+    batch: object = None
+    context: object = None
+    mtp: object = 0
+    acceptance: object = 0.8
+    redundant_experts: object = 0
+    overlap: object = None
+
+    @classmethod
+    def of(cls, where: str, keywords: dict) -> StepConfig:
+        """From keywords; an unknown one is a ConfigError naming `where` and the allowed names."""
+        unknown = sorted(set(keywords) - set(STEP_FIELDS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown keyword(s) {', '.join(unknown)}; allowed {', '.join(STEP_FIELDS)}")
+        return cls(**keywords)
+
+
+STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepConfig))
+
+
+def _inputs(m: ModelSpec, phase, c: StepConfig):
+    """(batch, context, mtp, acceptance, redundant_experts) with the phase defaults, checked numbers."""
+    batch = DEFAULTS[phase.value]["batch"] if c.batch is None else _number("batch", c.batch, "a number in (0, 1e9]")
     context = (
         DEFAULTS[phase.value]["context"]
-        if context is None
-        else _number("context", context, f"tokens in (0, max_context = {m.max_context:,}]")
+        if c.context is None
+        else _number("context", c.context, f"tokens in (0, max_context = {m.max_context:,}]")
     )
-    mtp = _number("mtp", mtp, "an integer in [0, 16]")
-    acceptance = _number("acceptance", acceptance, "[0, 1]")
-    redundant_experts = _number("redundant_experts", redundant_experts, "an integer >= 0")
+    mtp = _number("mtp", c.mtp, "an integer in [0, 16]")
+    acceptance = _number("acceptance", c.acceptance, "[0, 1]")
+    redundant_experts = _number("redundant_experts", c.redundant_experts, "an integer >= 0")
     if phase == Phase.PREFILL and mtp:
         raise ConfigError(f"mtp: prefill has no draft tokens; allowed 0 (got {mtp})")
     return batch, context, mtp, acceptance, redundant_experts
 
 
-def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", tp=None, dp=None, ep=None, moe_tp=None,
-                  batch=None, context=None, mtp=0, acceptance=0.8, redundant_experts=0, overlap=None,
-                  cost_mode="calibrated", comm=None, set=None, expert_skew="auto", context_dist="fixed",
-                  profile=None, force_profile=False, cuda_graphs=True, engine=DEFAULT_ENGINE, comm_sms=None) -> EstimateResult:  # fmt: skip
+def estimate_step(model="deepseek-v3", hardware="h800", *, phase="decode", set=None, pricing: Pricing | None = None,
+                  **config) -> EstimateResult:  # fmt: skip
     """One decode or prefill step of one configuration, per-op detail (phase "mixed" composes two
-    of these: `moesim.engine.serving`). Raises MoesimError subclasses on bad input. `engine`
-    (sglang | trtllm | vllm) picks the calibration profile; config records it and the file used."""
-    engine = Engine.parse(engine, "engine")
+    of these: `moesim.engine.serving`). config: `StepConfig`'s fields (tp, dp, ep, moe_tp, batch,
+    context, mtp, acceptance, redundant_experts, overlap); pricing: `Pricing` (default: `Pricing()`;
+    its engine picks the calibration profile; config records it and the file used). Raises
+    MoesimError subclasses on bad input."""
+    c = StepConfig.of("estimate_step", config)
+    p = pricing if pricing is not None else Pricing()
     phase = Phase.parse(phase, "phase")
-    cost_mode = CostMode.parse(cost_mode, "cost_mode")
-    comm = CommMode.parse(comm, "comm") if comm else None
-    overlap = Overlap.parse(overlap, "overlap") if overlap else None
+    overlap = Overlap.parse(c.overlap, "overlap") if c.overlap else None
     m, h = resolve_specs(model, hardware, set)
-    tp, dp, ep, moe_tp = resolve_parallel(m, tp, dp, ep, moe_tp)
-    batch, context, mtp, acceptance, redundant_experts = _inputs(
-        m, phase, batch, context, mtp, acceptance, redundant_experts
-    )
+    tp, dp, ep, moe_tp = resolve_parallel(m, c.tp, c.dp, c.ep, c.moe_tp)
+    batch, context, mtp, acceptance, redundant_experts = _inputs(m, phase, c)
     grid = Grid.single(tp=tp, dp=dp, ep=ep, moe_tp=moe_tp, batch=batch, context=context, mtp=mtp,
                        acceptance=acceptance, redundant=redundant_experts)  # fmt: skip
     require_valid(m, h, grid, phase)
-    if comm_sms is not None:  # DeepEP normal: 2 SMs per channel, at most the GPU's SMs
-        comm_sms = check_number("comm_sms", comm_sms, lo=2, hi=h.sms - 1, integer=True)
-    ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm,
-                              expert_skew=expert_skew, context_dist=context_dist, profile_path=profile,
-                              force_profile=force_profile, cuda_graphs=cuda_graphs, engine=engine, comm_sms=comm_sms)  # fmt: skip
+    if p.comm_sms is not None:  # DeepEP normal: 2 SMs per channel, at most the GPU's SMs
+        check_number("comm_sms", p.comm_sms, lo=2, hi=h.sms - 1, integer=True)
+    ev, notes = evaluate_grid(m, h, grid, phase=phase, overlap=overlap, pricing=p)
     notes += ev.notes
     _check_step(ev, batch, overlap)
     memd = memory_table(ev.memory)
     notes += _notes(ev, memd, phase, overlap)
-    notes += _tbo_note(ev, h, phase, ep, comm_sms)
+    notes += _tbo_note(ev, h, phase, ep, p.comm_sms)
     config = {"phase": phase.value, "tp": tp, "dp": dp, "ep": ep, "moe_tp": moe_tp, "gpus": tp * dp,
               "batch": batch, "context": context, "mtp": mtp, "acceptance": acceptance,
-              "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": cost_mode.value,
-              "comm": ev.comm.value, "expert_skew": expert_skew, "context_dist": context_dist,
-              "cuda_graphs": cuda_graphs, "set": list(set or []), **ev.pricing,
+              "redundant_experts": redundant_experts, "overlap": ev.chosen, "cost_mode": p.cost_mode.value,
+              "comm": ev.comm.value, "expert_skew": p.expert_skew, "context_dist": p.context_dist,
+              "cuda_graphs": p.cuda_graphs, "set": list(set or []), **ev.pricing,
               # what the engine runs (moesim.specs.engine): the MoE path and the pinned release
               "moe_comm": str(ev.values["moe_comm"][0]), "engine_release": ev.engine_model.label}  # fmt: skip
-    if comm_sms is not None:
-        config["comm_sms"] = comm_sms
+    if p.comm_sms is not None:
+        config["comm_sms"] = p.comm_sms
     config["expert_load"] = expert_load_info(
-        m, phase, expert_skew, cost_mode.value, getattr(ev, "imbalance", None), micro_batches(ev.chosen)
+        m, phase, p.expert_skew, p.cost_mode.value, getattr(ev, "imbalance", None), micro_batches(ev.chosen)
     )
     ops = op_table(ev.op_costs, micro_batches(ev.chosen))
     return EstimateResult(m, h, config, dict(ev.values), ops, memd, list(dict.fromkeys(notes)))

@@ -14,6 +14,7 @@ import numpy as np
 
 from moesim import workload as W
 from moesim.balance.factors import apply_factors, factors_for
+from moesim.engine.settings import Pricing
 from moesim.engine.summary import Summary
 from moesim.enums import BoundCode, CommMode, CostMode, Overlap, Phase, Tag
 from moesim.errors import ConfigError
@@ -198,43 +199,33 @@ def _memory_values(model, hw, grid, phase, comm):
     return mem, vals
 
 
-def evaluate(
-    model: ModelSpec,
-    hw: HardwareSpec,
-    grid: Grid,
-    *,
-    phase=Phase.DECODE,
-    overlap=None,
-    cost_mode=CostMode.ROOFLINE,
-    comm=None,
-    profile=None,
-    imbalance=None,
-    cuda_graphs=True,
-    comm_sms=None,
-    chunk=None,
-    engine=None,
-) -> Evaluation:
+def evaluate(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase=Phase.DECODE, overlap=None,
+             pricing: Pricing | None = None, profile=None, imbalance=None, chunk=None) -> Evaluation:  # fmt: skip
     """Vectorized evaluation of every configuration in `grid` (no loop over configurations).
 
+    pricing: the settings (`moesim.engine.settings.Pricing`; default: roofline) — cost mode, CUDA
+    graphs, comm (None: the phase's default), comm_sms (SMs given to DeepEP's normal kernels; None:
+    DeepEP's default 20: their copy rate, profile deepep_v2, and the SMs taken from the compute they
+    overlap), engine (whose execution the workload follows, moesim.specs.engine: the MoE communication
+    path each configuration runs, the all-to-all mode of a pass carrying prefill tokens).
+    profile: the calibration profile read for `pricing` (`load_profile_for`; None: roofline efficiencies).
     imbalance: optional dict of arrays {"experts": max/mean routed load, "attention": max/mean
     KV work} applied to the slowest rank's expert, all-to-all and attention-core times;
     "experts@2" (if given) is the routed-load factor of one of two micro-batches.
-    comm_sms: SMs given to DeepEP's normal kernels (--comm-sms; None: DeepEP's default 20): their
-    copy rate (profile deepep_v2) and the share of SMs taken from the compute they overlap.
     chunk: (prefill tokens per DP group, prompt length) fused into each decode pass (`W.build`).
-    engine: whose execution the workload follows (moesim.specs.engine: the MoE communication path each
-    configuration runs, the all-to-all mode of a pass carrying prefill tokens); None: the default engine.
     """
+    pricing = pricing if pricing is not None else Pricing(cost_mode=CostMode.ROOFLINE)
+    cost_mode, comm = pricing.cost_mode, pricing.comm
     phase = Phase(phase)
-    em = load_engine_model(engine)
+    em = load_engine_model(pricing.engine)
     comm = CommMode(comm) if comm else default_comm(phase)
     # a decode pass carrying a prefill chunk exists only in aggregated serving (SGLang: --deepep-mode auto)
     comm = em.requested(comm, Phase.PREFILL if chunk is not None else phase, aggregated=chunk is not None)
     path = em.moe_paths(comm, dp=grid.dp, ep=grid.ep, mnnvl=hw.domain_gpus > hw.gpus_per_node)
     overlap = Overlap(overlap).value if overlap else Overlap.AUTO.value
-    cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=cuda_graphs)
+    cm = CostModel(hw, model, cost_mode, profile, cuda_graphs=pricing.cuda_graphs)
     sync = hw.layer_sync_s if CostMode(cost_mode) != CostMode.ROOFLINE else 0.0
-    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, comm_sms, chunk, path)
+    price = _Pricer(model, hw, grid, phase, comm, cm, imbalance, pricing.comm_sms, chunk, path)
     results, runnable = {}, {}
     auto = overlap == Overlap.AUTO.value
     t_rank = W.tokens(grid, phase)[0]  # tokens of a DP rank's pass (vLLM's DBO thresholds count these)

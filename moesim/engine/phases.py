@@ -6,30 +6,35 @@ from __future__ import annotations
 
 import math
 
-from moesim.engine.estimate import EstimateResult, estimate_step, op_table
+from moesim.engine.estimate import STEP_FIELDS, EstimateResult, estimate_step, op_table
 from moesim.engine.serving import check_inputs, load_note, serve
-from moesim.enums import DEFAULT_ENGINE, Phase
+from moesim.engine.settings import Pricing
+from moesim.enums import Phase
 from moesim.grid.core import Grid
 from moesim.schedule.schemes import micro_batches
 
 # which model produced the mixed phase's TTFT (issue 26): the closed form, not the request-level simulator
 TTFT_MODEL = "closed form: steady-state M/G/1 priority queue (moesim.engine.scheduler)"
-_PASSED = ("cost_mode", "comm", "expert_skew", "context_dist", "force_profile", "engine", "comm_sms")
+MIXED_KEYWORDS = ("chunk_tokens", "request_rate")
 
 
-def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", isl=None, osl=None, cuda_graphs=True,
-             **kw) -> EstimateResult:  # fmt: skip
+def estimate(model="deepseek-v3", hardware="h800", *, phase="decode", isl=None, osl=None, set=None,
+             pricing: Pricing | None = None, **kw) -> EstimateResult:  # fmt: skip
     """One configuration, per-op detail. Raises MoesimError subclasses on bad input.
     phase "mixed" (aggregated serving) needs isl and osl (tokens); it also takes chunk_tokens
     (prefill tokens per pass; default: the engine's) and request_rate (requests/s: open loop;
     default: closed loop at `batch` concurrent requests per DP group).
-    Keywords: tp, dp, ep, moe_tp, batch, context, mtp, acceptance, redundant_experts, overlap,
-    cost_mode, engine, comm, set, expert_skew, context_dist, profile, force_profile (see `estimate_step`)."""
+    Keywords: the configuration (`StepConfig`: tp, dp, ep, moe_tp, batch, context, mtp, acceptance,
+    redundant_experts, overlap) and, for convenience, the pricing settings (`Pricing`: cost_mode,
+    engine, comm, expert_skew, context_dist, profile, force_profile, cuda_graphs, comm_sms) that
+    replace those of `pricing`; any other keyword is a ConfigError naming the allowed ones."""
+    pricing, kw = Pricing.take("estimate", pricing, kw, STEP_FIELDS + MIXED_KEYWORDS)
     phase = Phase.parse(phase, "phase")
     if phase == Phase.MIXED:
-        return estimate_mixed(model, hardware, isl=isl, osl=osl, cuda_graphs=cuda_graphs, **kw)
-    kw.pop("chunk_tokens", None), kw.pop("request_rate", None)
-    return estimate_step(model, hardware, phase=phase, cuda_graphs=cuda_graphs, **kw)
+        return estimate_mixed(model, hardware, isl=isl, osl=osl, set=set, pricing=pricing, **kw)
+    for k in MIXED_KEYWORDS:
+        kw.pop(k, None)
+    return estimate_step(model, hardware, phase=phase, set=set, pricing=pricing, **kw)
 
 
 def _mixed_ops(r, share_decode: float) -> list[dict]:
@@ -45,33 +50,29 @@ def _mixed_ops(r, share_decode: float) -> list[dict]:
     return ops
 
 
-def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, batch=None, context=None, mtp=0,
-                   acceptance=0.8, overlap=None, set=None, chunk_tokens=None, request_rate=None,
-                   **common) -> EstimateResult:  # fmt: skip
+def estimate_mixed(model="deepseek-v3", hardware="h800", *, isl=None, osl=None, chunk_tokens=None, request_rate=None,
+                   set=None, pricing: Pricing | None = None, **config) -> EstimateResult:  # fmt: skip
     """Aggregated serving of one configuration -> EstimateResult with phase "mixed". batch:
     concurrent requests per DP group (closed loop) or, with request_rate (requests/s for the
     deployment), the most requests running per DP group. context defaults to ISL + OSL / 2 (mean
-    KV length over a request's decode). common: the deployment keywords of `estimate_step`."""
+    KV length over a request's decode). config: `StepConfig`'s fields; pricing: `Pricing`."""
     isl, osl = check_inputs(isl, osl, chunk_tokens, request_rate)
-    if context is None:
-        context = isl + osl / 2.0
-    d = estimate_step(model, hardware, phase="decode", batch=batch, context=context, mtp=mtp, acceptance=acceptance,
-                      overlap=overlap, set=set, **common)  # fmt: skip
+    pricing = pricing if pricing is not None else Pricing()
+    if config.get("context") is None:
+        config["context"] = isl + osl / 2.0
+    d = estimate_step(model, hardware, phase="decode", set=set, pricing=pricing, **config)
     c = d.config
     g = Grid.single(**{a: c[a] for a in ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance")},
                     redundant=c["redundant_experts"])  # fmt: skip
-    kw = {k: common[k] for k in _PASSED if common.get(k) is not None}
-    kw.update(profile_path=common.get("profile"), cuda_graphs=common.get("cuda_graphs", True))
-    r = serve(d.model, d.hardware, g, isl=isl, osl=osl, overlap=overlap, chunk_tokens=chunk_tokens,
-              request_rate=request_rate, **kw)  # fmt: skip
+    r = serve(d.model, d.hardware, g, isl=isl, osl=osl, overlap=config.get("overlap"), chunk_tokens=chunk_tokens,
+              request_rate=request_rate, pricing=pricing)  # fmt: skip
     v = r.values
     config = dict(c, phase="mixed", isl=isl, osl=osl, prefill_chunk_tokens=float(v["prefill_chunk_tokens"][0]),
                   prefill_budget_tokens=float(v["prefill_budget_tokens"][0]), chunk_tokens=chunk_tokens,
                   request_rate=request_rate, scheduler=v["scheduler"][0], load=v["load"][0],
                   overlap=v["overlap"][0], prefill_overlap=v["prefill_overlap"][0], prefill_comm=v["prefill_comm"][0],
                   ttft_model=TTFT_MODEL, set=list(set or []))  # fmt: skip
-    engine = common.get("engine") or DEFAULT_ENGINE
-    notes = list(dict.fromkeys(d.notes + r.notes)) + [load_note(engine, request_rate), _summary(v)]
+    notes = list(dict.fromkeys(d.notes + r.notes)) + [load_note(pricing.engine.value, request_rate), _summary(v)]
     notes.append(f"TTFT from the {TTFT_MODEL}; `moesim simulate` replays requests (bursts, waves, percentiles)")
     if not v["stable"][0]:
         notes.append(

@@ -10,6 +10,7 @@ import numpy as np
 
 from moesim.balance.factors import imbalance_factors, resolve_expert_skew
 from moesim.engine.evaluate import evaluate
+from moesim.engine.settings import Pricing
 from moesim.enums import DEFAULT_ENGINE, CostMode, Engine, Phase
 from moesim.errors import CalibrationError
 from moesim.grid.core import Grid, distinct_rows, replace
@@ -34,14 +35,15 @@ def resolve_specs(model, hardware, set_=None):
     return m, h
 
 
-def load_profile_for(hw: HardwareSpec, cost_mode, profile_path=None, force=False, engine=DEFAULT_ENGINE):
-    """-> (calibration profile or None, notes). Roofline mode reads no profile. The profile is the
-    engine's (calibration/profiles/<gpu>.<engine>.yaml) where one exists, else the GPU's generic one
-    (`moesim.perf.profile.reader.profile_path_for`); `profile_info` names the file used."""
-    engine = Engine.parse(engine, "engine")
-    if CostMode(cost_mode) == CostMode.ROOFLINE:
+def load_profile_for(hw: HardwareSpec, pricing: Pricing | None = None):
+    """-> (calibration profile or None, notes) for `pricing` (cost mode, engine, profile file,
+    force_profile). Roofline mode reads no profile. The profile is `pricing.profile` if given, else
+    the engine's (calibration/profiles/<gpu>.<engine>.yaml) where one exists, else the GPU's generic
+    one (`moesim.perf.profile.reader.profile_path_for`); `profile_info` names the file used."""
+    pricing = pricing if pricing is not None else Pricing()
+    if pricing.cost_mode == CostMode.ROOFLINE:
         return None, []
-    prof = _cached_profile(hw, profile_path, force, engine)
+    prof = _cached_profile(hw, pricing.profile, pricing.force_profile, pricing.engine)
     if prof is None:
         return None, [
             f"no calibration profile for {hw.name}: kernels use peak efficiencies (roofline) plus launch overhead"
@@ -79,11 +81,12 @@ def _cached_profile(hw, path, force, engine):
     return _PROFILE_CACHE[key]
 
 
-def _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode, chunk):
+def _imbalance(model, hw, grid, phase, pricing: Pricing, chunk):
     """Rank-imbalance factors; with a fused prefill chunk the experts receive the decode and the
     chunk's tokens (the routed load of the slowest rank is drawn from all of them), the DP attention
     imbalance stays the decode requests'."""
-    imb, notes = imbalance_factors(model, hw, grid, phase, expert_skew, context_dist, cost_mode)
+    expert_skew, cost_mode = pricing.expert_skew, pricing.cost_mode.value
+    imb, notes = imbalance_factors(model, hw, grid, phase, expert_skew, pricing.context_dist, cost_mode)
     if chunk is None or not imb or "experts" not in imb:
         return imb, notes
     moe_tokens = np.asarray(chunk[2] if len(chunk) > 2 else chunk[0], float)
@@ -102,37 +105,21 @@ def _dedupe(grid: Grid):
     return distinct_rows(grid, COST_AXES, max_share=0.75, min_size=256)
 
 
-def evaluate_grid(
-    model: ModelSpec,
-    hw: HardwareSpec,
-    grid: Grid,
-    *,
-    phase="decode",
-    overlap=None,
-    cost_mode="calibrated",
-    comm=None,
-    expert_skew="auto",
-    context_dist="fixed",
-    profile_path=None,
-    force_profile=False,
-    cuda_graphs=True,
-    engine=DEFAULT_ENGINE,
-    comm_sms=None,
-    chunk=None,
-):
-    """Every configuration of `grid` -> (Evaluation, notes); `engine` picks the profile (`load_profile_for`).
+def evaluate_grid(model: ModelSpec, hw: HardwareSpec, grid: Grid, *, phase="decode", overlap=None,
+                  pricing: Pricing | None = None, chunk=None):  # fmt: skip
+    """Every configuration of `grid` -> (Evaluation, notes), priced by `pricing` (default: `Pricing()`;
+    its engine picks the profile, `load_profile_for`).
     chunk: (prefill tokens per DP group, prompt length[, mean prefill tokens through the experts])
     fused into each decode pass (`moesim.workload.build`)."""
-    cost_mode = CostMode.parse(cost_mode, "cost_mode")
+    pricing = pricing if pricing is not None else Pricing()
     require_dtypes(model, hw)
-    prof, notes = load_profile_for(hw, cost_mode, profile_path, force_profile, engine)
-    imb, imb_notes = _imbalance(model, hw, grid, phase, expert_skew, context_dist, cost_mode.value, chunk)
-    run = dict(phase=phase, overlap=overlap, cost_mode=cost_mode, comm=comm, profile=prof, cuda_graphs=cuda_graphs)
-    run.update(comm_sms=comm_sms, chunk=chunk, engine=engine)
+    prof, notes = load_profile_for(hw, pricing)
+    imb, imb_notes = _imbalance(model, hw, grid, phase, pricing, chunk)
+    run = dict(phase=phase, overlap=overlap, pricing=pricing, profile=prof, chunk=chunk)
     dd = _dedupe(grid) if chunk is None else None
     if dd is None:
         ev = evaluate(model, hw, grid, imbalance=imb, **run)
-        ev.pricing, ev.imbalance = profile_info(prof, engine), imb or {}
+        ev.pricing, ev.imbalance = profile_info(prof, pricing.engine), imb or {}
         return ev, notes + imb_notes + ev.notes
     # configurations that differ only in acceptance share every op cost: evaluate each distinct
     # cost-relevant row once, then expand and recompute the acceptance-dependent metrics
@@ -142,6 +129,6 @@ def evaluate_grid(
     vals = {k: np.asarray(v)[inverse] for k, v in ev.values.items()}
     peak = hw.peak_flops(model.precision.weight_dtype)
     vals.update(metrics(grid, phase, vals["step_time_s"], vals["flops_per_step"], peak, hw.gpus_per_node))
-    ev.grid, ev.values, ev.pricing = grid, vals, profile_info(prof, engine)
+    ev.grid, ev.values, ev.pricing = grid, vals, profile_info(prof, pricing.engine)
     ev.imbalance = imb or {}
     return ev, notes + imb_notes + ev.notes

@@ -29,7 +29,8 @@ import numpy as np
 from moesim.engine import scheduler as S
 from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid
-from moesim.enums import DEFAULT_ENGINE, Overlap, Phase
+from moesim.engine.settings import Pricing
+from moesim.enums import Overlap, Phase
 from moesim.errors import ConfigError, is_positive_number
 from moesim.grid.core import Grid, replace
 from moesim.metrics.memory import memory
@@ -74,7 +75,7 @@ class Served:
     budget: np.ndarray
 
 
-def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, kw):
+def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, pricing: Pricing):
     """(decode Evaluation, prefill-carrying pass Evaluation, notes) at the decode batch with
     chunk = (T prompt tokens on a prefilling rank, mean prompt tokens per rank through the experts).
     SGLang without DP lock step: a prefill pass of its own; otherwise one decode-phase pass carrying
@@ -82,26 +83,27 @@ def _price(model, hw, grid, batch, chunk, isl, lockstep, overlap, kw):
     SGLang's auto mode picks it when any rank extends)."""
     g = replace(grid, batch=batch)
     T, mean = chunk
-    dec, n1 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, **kw)
+    dec, n1 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, pricing=pricing)
     # the all-to-all mode of a pass carrying prefill tokens on an aggregated server (SGLang: deepep auto
     # -> normal; the fused engines: one backend for every pass): moesim.specs.engine EngineModel.requested
-    em = load_engine_model(kw.get("engine", DEFAULT_ENGINE))
-    pkw = dict(kw, comm=em.requested(kw.get("comm") or default_comm(Phase.DECODE), Phase.PREFILL, aggregated=True))
-    if S.fused(kw.get("engine", DEFAULT_ENGINE)) or np.any(lockstep > 1):
+    em = load_engine_model(pricing.engine)
+    pp = pricing.replace(comm=em.requested(pricing.comm or default_comm(Phase.DECODE), Phase.PREFILL, aggregated=True))
+    if S.fused(pricing.engine.value) or np.any(lockstep > 1):
         ch = (T, np.full(g.size, isl), mean)
-        pas, n2 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, chunk=ch, **pkw)
+        pas, n2 = evaluate_grid(model, hw, g, phase=Phase.DECODE, overlap=overlap, pricing=pp, chunk=ch)
     else:
         pas, n2 = evaluate_grid(model, hw, prefill_grid(g, T, isl), phase=Phase.PREFILL,
-                                overlap=prefill_overlap(overlap), **pkw)  # fmt: skip
+                                overlap=prefill_overlap(overlap), pricing=pp)  # fmt: skip
     return dec, pas, list(dict.fromkeys(n1 + n2))
 
 
-def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None, **kw) -> Served:
+def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None,
+          pricing: Pricing | None = None) -> Served:  # fmt: skip
     """The aggregated-serving fixed point over a grid (batch = concurrency per DP group in closed
-    loop, the most running requests in open loop). kw: evaluate_grid's keywords (engine, cost_mode,
-    comm, expert_skew, context_dist, profile_path, force_profile, cuda_graphs, comm_sms)."""
+    loop, the most running requests in open loop), every pass priced by `pricing` (default `Pricing()`)."""
     isl, osl = check_inputs(isl, osl, chunk_tokens, request_rate)
-    engine = kw.get("engine", DEFAULT_ENGINE)
+    pricing = pricing if pricing is not None else Pricing()
+    engine = pricing.engine.value
     is_fused = S.fused(engine)
     cap = grid.batch
     lockstep = grid.dp if model.is_moe else np.ones(grid.size)  # DP ranks sharing the MoE layers
@@ -112,7 +114,7 @@ def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, r
     T = np.minimum(isl, _budget(total, batch, grid, is_fused))
     first = None
     for _ in range(ROUNDS):
-        dec, pas, notes = _price(model, hw, grid, batch, (T, T * k / lockstep), isl, lockstep, overlap, kw)
+        dec, pas, notes = _price(model, hw, grid, batch, (T, T * k / lockstep), isl, lockstep, overlap, pricing)
         first = first or dec  # priced at the batch given: the memory footprint
         T_priced, k_priced, budget = T, k, _budget(total, batch, grid, is_fused)
         prices = S.Prices(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused,
@@ -198,11 +200,13 @@ def _memory_values(vals: dict, first, pre_act) -> None:
     vals["max_batch"] = _f(first, "max_batch")
 
 
-def evaluate_mixed(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None, **kw):
+def evaluate_mixed(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, request_rate=None,
+                   pricing: Pricing | None = None):  # fmt: skip
     """Vectorized mixed-phase values over a grid (the sweep's path) -> (values, notes)."""
+    pricing = pricing if pricing is not None else Pricing()
     r = serve(model, hw, grid, isl=isl, osl=osl, overlap=overlap, chunk_tokens=chunk_tokens,
-              request_rate=request_rate, **kw)  # fmt: skip
-    return r.values, r.notes + [load_note(kw.get("engine", DEFAULT_ENGINE), request_rate)]
+              request_rate=request_rate, pricing=pricing)  # fmt: skip
+    return r.values, r.notes + [load_note(pricing.engine.value, request_rate)]
 
 
 def load_note(engine, request_rate) -> str:

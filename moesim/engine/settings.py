@@ -68,6 +68,19 @@ class Pricing:
         given = {k: v for k, v in keywords.items() if v is not None}
         return dataclasses.replace(base, **given) if given else base
 
+    @classmethod
+    def take(cls, where: str, pricing: Pricing | None, keywords: dict, allowed=None) -> tuple[Pricing, dict]:
+        """(`pricing` with the pricing settings of `keywords` replaced, the other keywords) for a
+        front door `where` that accepts both; with `allowed` (names), any other keyword is a
+        ConfigError naming `where` and the allowed names."""
+        given, rest = split_pricing(keywords)
+        if allowed is not None:
+            unknown = sorted(set(rest) - set(allowed))
+            if unknown:
+                names = ", ".join(sorted(set(allowed) | set(FIELDS)))
+                raise ConfigError(f"{where}: unknown keyword(s) {', '.join(unknown)}; allowed {names}")
+        return cls.of(pricing, **given), rest
+
     def replace(self, **keywords) -> Pricing:
         """A copy with `keywords` changed (None sets a field to None, unlike `of`)."""
         return dataclasses.replace(self, **keywords)

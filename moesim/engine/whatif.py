@@ -48,7 +48,7 @@ def inert_whatif_notes(estimate, kwargs: dict, result) -> list[str]:
             notes.append(f"--set {item} moved {', '.join(moved)} but not the step: hidden by the overlap")
             continue
         field = str(item).split("=", 1)[0].split(".")[-1].strip()
-        mode = str(kwargs.get("cost_mode") or "calibrated")
+        mode = str(result.config.get("cost_mode") or "calibrated")
         why = REASONS.get((mode, field), "nothing this configuration prices reads it")
         notes.append(f"--set {item} changed nothing here: {why}")
     return notes

@@ -1,6 +1,6 @@
 """The simulator's one door into the engine layer (issue 28): every call simulate makes into
 `moesim.engine` goes through this module, and the `Pricing` settings become the engine's keywords
-here and nowhere else (`engine_keywords`).
+here as one `pricing=`.
 
 * `estimate_pass`: one pass of a deployment, its layout checked (`moesim.engine.estimate.estimate_step`);
 * `price_passes`: a grid of pass shapes (`moesim.engine.pricing.evaluate_grid`);
@@ -16,26 +16,16 @@ from moesim.engine.serving import prefill_overlap
 from moesim.engine.settings import Pricing
 
 
-def engine_keywords(pricing: Pricing) -> dict:
-    """The pricing settings as the engine's keywords (all but the profile file, whose keyword is
-    `profile` for estimate_step and `profile_path` for evaluate_grid)."""
-    p = pricing
-    return dict(cost_mode=p.cost_mode, engine=p.engine, comm=p.comm, expert_skew=p.expert_skew,
-                context_dist=p.context_dist, force_profile=p.force_profile, cuda_graphs=p.cuda_graphs,
-                comm_sms=p.comm_sms)  # fmt: skip
-
-
 def estimate_pass(model, hardware, pricing: Pricing, **step) -> EstimateResult:
     """One decode or prefill pass of a deployment (`step`: phase, batch, context and the layout:
     tp, dp, ep, moe_tp, mtp, acceptance, redundant_experts, overlap)."""
-    return estimate_step(model, hardware, profile=pricing.profile, **engine_keywords(pricing), **step)
+    return estimate_step(model, hardware, pricing=pricing, **step)
 
 
 def price_passes(model, hw, grid, pricing: Pricing, *, phase, overlap, chunk=None):
     """Every pass shape of `grid` priced -> the engine's Evaluation (`values["step_time_s"]`: s)."""
-    ev, _ = evaluate_grid(model, hw, grid, phase=phase, overlap=overlap, chunk=chunk, profile_path=pricing.profile,
-                          **engine_keywords(pricing))  # fmt: skip
+    ev, _ = evaluate_grid(model, hw, grid, phase=phase, overlap=overlap, chunk=chunk, pricing=pricing)
     return ev
 
 
-__all__ = ["default_comm", "engine_keywords", "estimate_pass", "prefill_overlap", "price_passes", "resolve_specs"]
+__all__ = ["default_comm", "estimate_pass", "prefill_overlap", "price_passes", "resolve_specs"]

@@ -11,6 +11,7 @@ from moesim.engine import scheduler as S
 from moesim.engine.phases import estimate
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.engine.serving import serve
+from moesim.engine.settings import Pricing
 from moesim.enums import CommMode, Phase
 from moesim.grid.core import Grid
 
@@ -39,7 +40,9 @@ def _one_pass(m, h, grid, isl, engine, comm):
     dp = float(grid.dp[0])
     g = Grid.product(tp=grid.tp[:1], dp=[dp], ep=grid.ep[:1], moe_tp=[1], batch=[isl / dp], context=[isl], mtp=[0],
                      acceptance=[0.8], redundant=[0])  # fmt: skip
-    ev, _ = evaluate_grid(m, h, g, phase=Phase.PREFILL, engine=engine, comm=comm, expert_skew="uniform")
+    ev, _ = evaluate_grid(
+        m, h, g, phase=Phase.PREFILL, pricing=Pricing.of(engine=engine, comm=comm, expert_skew="uniform")
+    )
     return float(ev.values["step_time_s"][0])
 
 
@@ -59,7 +62,7 @@ def test_ttft_and_tpot_bounds_and_littles_law(engine, lengths, mtp, layout):
     isl, osl = lengths
     tp, dp, ep = layout
     g = _grid([1, 3, 16, 64], mtp=(mtp,), context=isl + osl / 2, tp=tp, dp=dp, ep=ep)
-    v = serve(m, h, g, isl=isl, osl=osl, engine=engine).values
+    v = serve(m, h, g, isl=isl, osl=osl, pricing=Pricing.of(engine=engine)).values
     assert v["stable"].all()
     assert (v["ttft_s"] >= _one_pass(m, h, g, isl, engine, v["prefill_comm"][0]) * (1 - 1e-9)).all()
     assert (v["tpot_s"] * g.tokens_per_step >= v["decode_step_time_s"] * (1 - 1e-9)).all()
@@ -124,11 +127,11 @@ def test_open_loop_light_load_and_overload():
     step of one request; past the capacity the queue grows (stable False, TTFT infinite)."""
     m, h = _specs()
     g = _grid([64], context=1024 + 512.0)
-    light = serve(m, h, g, isl=1024, osl=1024, engine="sglang", request_rate=1e-4).values
+    light = serve(m, h, g, isl=1024, osl=1024, pricing=Pricing.of(engine="sglang"), request_rate=1e-4).values
     assert light["stable"][0] and light["decode_batch"][0] == pytest.approx(1.0, abs=1e-2)
     assert light["ttft_s"][0] == pytest.approx(light["prefill_chunk_time_s"][0], rel=1e-3)
     assert light["tpot_s"][0] == pytest.approx(light["decode_step_time_s"][0], rel=1e-3)
-    heavy = serve(m, h, g, isl=1024, osl=1024, engine="sglang", request_rate=1e4).values
+    heavy = serve(m, h, g, isl=1024, osl=1024, pricing=Pricing.of(engine="sglang"), request_rate=1e4).values
     assert not heavy["stable"][0] and np.isinf(heavy["ttft_s"][0])
 
 
@@ -190,6 +193,8 @@ def test_ttft_p90_monotone_in_load():
     assert (np.diff(p90) >= -1e-12).all() and p90[-1] > p90[0]
     assert (p90 >= np.array([s.own_s[0] for s in sols]) * (1 - 1e-12)).all()
     m, h = _specs()
-    v = serve(m, h, _grid([1, 4, 16, 64, 128], context=1536.0), isl=1024, osl=1024, engine="sglang").values
+    v = serve(
+        m, h, _grid([1, 4, 16, 64, 128], context=1536.0), isl=1024, osl=1024, pricing=Pricing.of(engine="sglang")
+    ).values
     assert v["ttft_p90_s"][0] == pytest.approx(v["ttft_prefill_s"][0])  # one client: nobody to wait for
     assert (np.diff(v["ttft_p90_s"]) >= 0).all() and (v["ttft_p90_s"] >= v["ttft_prefill_s"]).all()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moesim.api import estimate_step
+from moesim.api import estimate
 from moesim.errors import ConfigError
 from moesim.specs import load_hardware
 
@@ -28,7 +28,7 @@ CONFIGS = [
 
 def _step(gpu, sms, mode, cfg):
     s = [] if sms is None else [f"hardware.sms={sms}"]
-    r = estimate_step("deepseek-v3", gpu, set=s, cost_mode=mode, **cfg)
+    r = estimate("deepseek-v3", gpu, set=s, cost_mode=mode, **cfg)
     return float(np.ravel(r["step_time_s"])[0])
 
 
@@ -79,8 +79,8 @@ def test_comm_sm_share_is_of_the_live_count():
     """DeepEP normal holds 20 SMs: on a GPU with twice the SMs the overlapped compute loses half the
     share, so a two-batch prefill step gets no slower and its comm kernels keep their 20 SMs."""
     cfg = CONFIGS[4]
-    r1 = estimate_step("deepseek-v3", "h800", cost_mode="roofline", **cfg)
-    r2 = estimate_step("deepseek-v3", "h800", set=["hardware.sms=264"], cost_mode="roofline", **cfg)
+    r1 = estimate("deepseek-v3", "h800", cost_mode="roofline", **cfg)
+    r2 = estimate("deepseek-v3", "h800", set=["hardware.sms=264"], cost_mode="roofline", **cfg)
     assert float(np.ravel(r2["step_time_s"])[0]) < float(np.ravel(r1["step_time_s"])[0])
 
 
@@ -95,7 +95,7 @@ def test_comm_kernels_sms_calibrated():
     expert up to the GPU's SMs (256 experts > 132 SMs), so more SMs speed them up."""
 
     def comm(sets, cfg):
-        r = estimate_step("deepseek-v3", "h800", set=sets, **cfg)
+        r = estimate("deepseek-v3", "h800", set=sets, **cfg)
         return [o["time_s"] for o in r.ops if o["stream"] == "comm"]
 
     normal, ll = CONFIGS[4], dict(ep=8, dp=8, batch=64, context=2048, comm="deepep-ll")

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from moesim.engine.settings import Pricing
 from tests.conftest import ROOT, run_cli
 
 
@@ -161,4 +162,5 @@ def test_shared_options_reach_the_command():
     assert {"model", "tp", "set_", "extra"} <= set(params) and "cfg" not in params
     cmd(**{n: p.default for n, p in params.items()})
     assert seen["model"] == "deepseek-v3" and seen["tp"] == 1 and seen["extra"] == 3
-    assert O.estimate_kwargs({"set_": ["a=1"], "tp": 2}) == {"set": ["a=1"], "tp": 2}
+    kw = O.estimate_kwargs({"set_": ["a=1"], "tp": 2, "cost_mode": "roofline"}, cuda_graphs=False)
+    assert kw == {"set": ["a=1"], "tp": 2, "pricing": Pricing.of(cost_mode="roofline", cuda_graphs=False)}

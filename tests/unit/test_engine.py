@@ -7,6 +7,7 @@ import pytest
 import moesim.engine.evaluate as engine
 import moesim.engine.pricing as pricing
 from moesim import load_hardware, load_model
+from moesim.engine.settings import Pricing
 from moesim.grid.core import Grid
 
 
@@ -36,10 +37,14 @@ def test_dedup_paths_equal_full_pricing(monkeypatch, phase, cost_mode, overlap):
     g = Grid(**{**g.to_dict(), "ep": g.tp * g.dp})
     g = Grid(**{a: np.tile(v, 4) for a, v in g.to_dict().items()})  # big enough for the shortcuts
     assert g.size >= 512
-    fast, _ = pricing.evaluate_grid(m, h, g, phase=phase, cost_mode=cost_mode, overlap=overlap, context_dist="exp")
+    fast, _ = pricing.evaluate_grid(
+        m, h, g, phase=phase, overlap=overlap, pricing=Pricing.of(cost_mode=cost_mode, context_dist="exp")
+    )
     monkeypatch.setattr(engine, "_context_free_rows", lambda grid: None)
     monkeypatch.setattr(pricing, "_dedupe", lambda grid: None)
-    slow, _ = pricing.evaluate_grid(m, h, g, phase=phase, cost_mode=cost_mode, overlap=overlap, context_dist="exp")
+    slow, _ = pricing.evaluate_grid(
+        m, h, g, phase=phase, overlap=overlap, pricing=Pricing.of(cost_mode=cost_mode, context_dist="exp")
+    )
     for k, v in slow.values.items():
         a, b = np.asarray(fast.values[k]), np.asarray(v)
         if a.dtype == object:

@@ -15,6 +15,7 @@ import yaml
 import moesim
 from moesim.calibration.fit.derive import derive_profile
 from moesim.cli.app import app
+from moesim.engine.settings import Pricing
 from moesim.errors import CalibrationError, MoesimError
 from moesim.perf.profile import Profile, load_profile, read_profile_file
 from moesim.perf.profile import reader as R
@@ -324,7 +325,7 @@ def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
     from moesim.workload.ops import gemm as gemm_op
 
     m, h = resolve_specs("deepseek-v3", "h200")
-    prof, _ = load_profile_for(h, "calibrated", engine="sglang")
+    prof, _ = load_profile_for(h, Pricing.of(cost_mode="calibrated", engine="sglang"))
     assert prof.kernels["gemm"]["alpha_includes_launch"] and prof.launch_for("gemm") == 0.0
     assert prof.launch_for("elementwise") == prof.launch_s > 0  # not fitted on call times
     cm = CostModel(h, m, "calibrated", prof)

@@ -12,6 +12,7 @@ from moesim.balance.imbalance import (
     expert_rank_imbalance,
     skew_shares,
 )
+from moesim.engine.settings import Pricing
 from moesim.errors import ConfigError
 
 TOKENS = [1, 3, 10, 30, 100, 300, 1000, 3000, 20000]
@@ -192,7 +193,7 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
     from moesim.perf.cost import CostModel
 
     m, h = resolve_specs("deepseek-v3", "h800")
-    prof, _ = load_profile_for(h, "calibrated")
+    prof, _ = load_profile_for(h, Pricing.of(cost_mode="calibrated"))
     op = kernel_work(m, h, "grouped_gemm", m=512, n=4096, k=7168, groups=2, layout="masked")
     t = float(np.ravel(CostModel(h, m, "calibrated", prof).cost(op).time_s)[0])
     assert t == pytest.approx(58e-6, rel=0.12)  # DeepGEMM README row: 2 groups x 512, 58 us
@@ -214,7 +215,7 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
     roof = {o["name"]: o for o in estimate(**kw, cost_mode="roofline").ops}
     g = cal["experts_gate_up"]  # 2 experts per GPU, 128 x 2 x 8 x 128 / 256 = 1024 tokens each
     m, h = resolve_specs("deepseek-v3", "h100_sxm")
-    prof, _ = load_profile_for(h, "calibrated")
+    prof, _ = load_profile_for(h, Pricing.of(cost_mode="calibrated"))
     shape = dict(m=1024.0, n=4096.0, k=7168.0, groups=2.0, layout="masked")
     aligned = float(np.ravel(prof.kernel_time("grouped_gemm", **shape))[0])
     padded = float(np.ravel(prof.kernel_time("grouped_gemm", **shape, tile_pad=routed_tile_padding(1024.0)))[0])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.enums import CostMode
 from moesim.perf import collectives as C
 from moesim.perf import kernel as K
@@ -25,8 +26,8 @@ def _specs():
 
 def _price(library, nbytes, gpus=8, mode=CostMode.CALIBRATED, op="all_reduce"):
     mdl, hw = _specs()
-    prof = load_profile_for(hw, mode, engine="sglang")[0]
-    engine_prof = load_profile_for(hw, CostMode.CALIBRATED, engine="sglang")[0]
+    prof = load_profile_for(hw, Pricing.of(cost_mode=mode, engine="sglang"))[0]
+    engine_prof = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine="sglang"))[0]
     w = kernel_work(mdl, hw, op, gpus=gpus, nbytes=nbytes)
     return K.price_collective(w, mdl, hw, mode, prof, library, backends_profile=engine_prof, engine="sglang")
 
@@ -39,7 +40,7 @@ def _cli_json(*args):
 
 def test_profile_cap_is_the_one_the_tests_assume():
     mdl, hw = _specs()
-    prof = load_profile_for(hw, CostMode.CALIBRATED, engine="sglang")[0]
+    prof = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine="sglang"))[0]
     assert K.custom_backends(prof, "all_reduce") == {"SGLang_CustomAllReduce_graph": CAP}
     assert K.custom_backends(prof, "all_gather") == {}
 
@@ -71,7 +72,7 @@ def test_auto_is_the_faster_below_the_custom_limit_and_nccl_above(mode):
 def test_auto_is_what_every_command_prices(mode, gpus, nbytes, op):
     """library auto = price_kernel (CostModel), in both paths (timed entry; roofline ring / one-shot)."""
     mdl, hw = _specs()
-    prof = load_profile_for(hw, mode, engine="sglang")[0]
+    prof = load_profile_for(hw, Pricing.of(cost_mode=mode, engine="sglang"))[0]
     w = kernel_work(mdl, hw, op, gpus=gpus, nbytes=nbytes)
     ref = K.price_kernel(w, mdl, hw, mode, prof)
     got = K.price_collective(w, mdl, hw, mode, prof, "auto")
@@ -118,7 +119,7 @@ def test_cli_json_fields_and_flag_is_read():
 
 def test_switch_points_are_where_the_algorithm_changes():
     mdl, hw = _specs()
-    prof = load_profile_for(hw, CostMode.CALIBRATED, engine="sglang")[0]
+    prof = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine="sglang"))[0]
     w = kernel_work(mdl, hw, "all_reduce", gpus=8, nbytes=SMALL)
     sw = K.algorithm_switches(w, mdl, hw, CostMode.CALIBRATED, prof, "nccl")
     assert [s["to"] for s in sw] == ["nccl LL128", "nccl Simple", "nccl NVLS"]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.enums import CostMode
 from moesim.perf.collectives import inter_node_allreduce_terms
 from moesim.perf.kernel import price_kernel
@@ -17,7 +18,7 @@ MSG = 7168 * 2.0 * 16  # 16 tokens of DeepSeek-V3's BF16 hidden state (a decode 
 def _ar(gpus, nbytes=MSG, cost_mode="calibrated", sets=()):
     m, h = resolve_specs("deepseek-v3", "h100_sxm", list(sets))
     cm = CostMode.parse(cost_mode, "cost_mode")
-    prof = load_profile_for(h, cm, engine="sglang")[0]
+    prof = load_profile_for(h, Pricing.of(cost_mode=cm, engine="sglang"))[0]
     return price_kernel(kernel_work(m, h, "all_reduce", gpus=gpus, nbytes=nbytes), m, h, cm, prof)["time_s"]
 
 

@@ -10,7 +10,7 @@ from moesim.balance import popularity as P
 from moesim.balance.eplb import naive_gpu_load, rebalance_experts
 from moesim.balance.factors import imbalance_factors, resolve_expert_skew
 from moesim.balance.imbalance import expert_rank_imbalance, skew_shares
-from moesim.engine.estimate import estimate_step
+from moesim.engine.phases import estimate
 from moesim.engine.pricing import resolve_specs
 from moesim.errors import SpecError
 from moesim.grid.core import Grid
@@ -91,14 +91,14 @@ def test_auto_means_published_in_prefill_and_uniform_keeps_the_old_numbers():
 
 def test_estimate_reports_the_slowest_rank_factor_and_its_source():
     kw = dict(phase="prefill", ep=16, dp=16, tp=1, batch=16384, context=4096, overlap="two-batch")
-    pub = estimate_step("deepseek-v3", "h200", **kw)
-    uni = estimate_step("deepseek-v3", "h200", expert_skew="uniform", **kw)
+    pub = estimate("deepseek-v3", "h200", **kw)
+    uni = estimate("deepseek-v3", "h200", expert_skew="uniform", **kw)
     el = pub.config["expert_load"]
     assert el["skew"] == "published" and "TensorRT-LLM" in el["source"]
     assert el["applied"] == el["slowest_rank_factor_per_micro_batch_of_two"] > 1.3
     assert uni.config["expert_load"]["skew"] == "uniform" and uni.config["expert_load"]["applied"] < 1.05
     assert pub.values["step_time_s"] > uni.values["step_time_s"]
-    eplb = estimate_step("deepseek-v3", "h200", redundant_experts=32, **kw)
+    eplb = estimate("deepseek-v3", "h200", redundant_experts=32, **kw)
     assert 1.0 <= eplb.config["expert_load"]["applied"] < el["applied"]
 
 

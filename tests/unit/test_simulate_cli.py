@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from moesim.analyses import verify as V
+from moesim.engine.settings import Pricing
 from moesim.errors import MoesimError
 from moesim.simulate.clients import closed_loop
 from moesim.simulate.core import simulate
@@ -71,11 +72,11 @@ def test_verify_flags_a_closed_form_that_hides_the_queue():
     prefill interrupting decode; its figures are finite and a disagreement over 10 % is said."""
     mix = {"tp": 8, "dp": 1, "ep": 8, "moe_tp": 1, "batch": 64, "mtp": 0, "acceptance": 0.8, "redundant": 0}
     c = V.Candidate("agg", mix, 1, closed={"ttft_s": 1e-3, "tpot_s": 1e-3})
-    (row,) = V.verify("deepseek-v3", "h200", [c], isl=1000, osl=50, cost_mode="roofline")
+    (row,) = V.verify("deepseek-v3", "h200", [c], isl=1000, osl=50, pricing=Pricing.of(cost_mode="roofline"))
     assert np.isfinite(row["sim_ttft_p90_s"]) and row["sim_ttft_p90_s"] >= row["sim_ttft_mean_s"] * 0.5
     assert any("TTFT" in t for t in row["disagrees"]) and row["ttft_gap"] > V.DISAGREE
     big = V.Candidate("huge", dict(mix, batch=4096), 1, closed={})
-    (skip,) = V.verify("deepseek-v3", "h200", [big], isl=1000, osl=50, cost_mode="roofline")
+    (skip,) = V.verify("deepseek-v3", "h200", [big], isl=1000, osl=50, pricing=Pricing.of(cost_mode="roofline"))
     assert "not simulated" in skip["skipped"] and np.isnan(skip["sim_ttft_p90_s"])
 
 

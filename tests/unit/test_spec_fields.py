@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from moesim.api import estimate_step
+from moesim.api import estimate
 from moesim.errors import MoesimError
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionSpec, DenseFFNSpec, ModelSpec, MoESpec, PrecisionSpec
@@ -128,7 +128,7 @@ def _paths(cls, prefix=""):
 
 
 def _value(model, hw, sets, cfg, output, mode):
-    r = estimate_step(model, hw, set=sets, cost_mode=mode, **cfg)
+    r = estimate(model, hw, set=sets, cost_mode=mode, **cfg)
     return float(np.ravel(r.memory[output] if output in r.memory else r.values[output])[0])
 
 

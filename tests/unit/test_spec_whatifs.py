@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from moesim.api import estimate_step
+from moesim.api import estimate
 from moesim.errors import ConfigError, SpecError
 from moesim.specs import load_hardware, load_model, yamlio
 from moesim.specs.hardware import MIN_RATE
@@ -26,7 +26,7 @@ D16 = dict(ep=16, dp=16, batch=64, context=4096)
 
 
 def _step(sets, mode="roofline", hw="h800", model="deepseek-v3", **cfg):
-    r = estimate_step(model, hw, set=sets, cost_mode=mode, **(cfg or D8))
+    r = estimate(model, hw, set=sets, cost_mode=mode, **(cfg or D8))
     return float(np.ravel(r["step_time_s"])[0])
 
 
@@ -88,7 +88,7 @@ def test_rdma_what_ifs_move_pplx_and_nccl_across_nodes(comm, mode):
 )
 def test_unsupported_precision_names_gpu_and_dtype(hw, sets, dtype):
     with pytest.raises(ConfigError) as e:
-        estimate_step("deepseek-v3", hw, set=sets, **D8)
+        estimate("deepseek-v3", hw, set=sets, **D8)
     assert re.search(rf"\b{dtype}\b.*not supported on {hw}", str(e.value)), str(e.value)
 
 

@@ -11,6 +11,7 @@ from moesim.analyses.validate.cases import summary, validate
 from moesim.analyses.validate.kernel_rows import kernel_shape, row_ids
 from moesim.calibration.records import write_rows
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.enums import CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
@@ -56,7 +57,7 @@ def _write_case(tmp_path, rows, kernel_rows, tol=0.2):
 
 def _predicted_gemm_s(m, n, k):
     model, hw = resolve_specs("deepseek-v3", "h800", None)
-    prof, _ = load_profile_for(hw, CostMode.CALIBRATED)
+    prof, _ = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED))
     return price_kernel(kernel_work(model, hw, "gemm", m=m, n=n, k=k), model, hw, CostMode.CALIBRATED, prof)["time_s"]
 
 

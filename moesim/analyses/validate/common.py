@@ -12,6 +12,7 @@ import numpy as np
 
 from moesim.engine.phases import estimate
 from moesim.engine.pricing import evaluate_grid, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.errors import SpecError
 from moesim.grid.core import Grid
 from moesim.grid.layout import resolve_parallel
@@ -177,8 +178,7 @@ def largest_batch_at_slo(cfg, min_tps):
         g,
         phase=cfg.get("phase", "decode"),
         overlap=cfg.get("overlap"),
-        cost_mode=cfg.get("cost_mode", "calibrated"),
-        comm=cfg.get("comm"),
+        pricing=Pricing.of(cost_mode=cfg.get("cost_mode", "calibrated"), comm=cfg.get("comm")),
     )
     ok = ev.values["fits"] & (ev.values["tokens_per_s_per_user"] >= min_tps)
     if not ok.any():

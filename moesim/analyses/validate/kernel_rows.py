@@ -22,6 +22,7 @@ import re
 from moesim.analyses.validate.common import Check, num
 from moesim.calibration.records import read_csv_rows
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.enums import DEFAULT_ENGINE, CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
@@ -67,7 +68,7 @@ def kernel_shape(row: dict) -> tuple[str, dict]:
 
 def _profile(hw, engine):
     """The calibrated profile of `hw` for `engine` (<gpu>.<engine>.yaml, else the GPU's generic one)."""
-    return load_profile_for(hw, CostMode.CALIBRATED, engine=engine or DEFAULT_ENGINE)[0]
+    return load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine=engine or DEFAULT_ENGINE))[0]
 
 
 def select_rows(spec: dict, where: str) -> list[tuple[str, dict]]:

@@ -28,6 +28,7 @@ from moesim.analyses.validate.kernel_rows import run_kernel_rows
 from moesim.analyses.validate.pareto_case import pareto_ratio
 from moesim.analyses.validate.simulate_case import SERVING_TOLERANCE, run_simulate_case
 from moesim.engine.pricing import load_profile_for, resolve_specs
+from moesim.engine.settings import Pricing
 from moesim.enums import DEFAULT_ENGINE
 from moesim.errors import SpecError
 from moesim.metrics.economics import economics_report
@@ -128,7 +129,7 @@ def run_kernel(c: Case) -> list[Check]:
     k = dict(c.raw["kernel"])
     m, h = resolve_specs(k.pop("model", "deepseek-v3"), k.pop("hardware", "h800"), k.pop("set", None))
     mode = k.pop("cost_mode", "calibrated")
-    prof, _ = load_profile_for(h, mode, engine=k.pop("engine", DEFAULT_ENGINE))
+    prof, _ = load_profile_for(h, Pricing.of(cost_mode=mode, engine=k.pop("engine", DEFAULT_ENGINE)))
     op = k.pop("op")
     shape = {kk: num(vv) if kk not in ("layout", "mode") else vv for kk, vv in k.items()}
     cost = CostModel(h, m, mode, prof).cost(kernel_work(m, h, op, **shape))
