@@ -10,7 +10,7 @@ the field names, so they are the profile's shape-column names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,8 +27,10 @@ class KernelShape:
     kernel_family = None  # a class default, not a field: only QuantShape and FusedMoeShape set one
 
     def as_kwargs(self) -> dict:
-        """{field: value} of the set fields (None left out), in field order."""
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        """{field: value} of the set fields (None left out), in field order (the instance dict holds
+        exactly the fields: no slots, nothing cached; read directly, as the cost model calls this
+        for every priced kernel)."""
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
