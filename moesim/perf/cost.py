@@ -24,6 +24,7 @@ from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.workload.comm import ring_allreduce_bytes
 from moesim.workload.ops import OpWork
+from moesim.workload.shapes import QuantShape
 
 
 @dataclass
@@ -48,11 +49,11 @@ class OpCost:
 
 
 def _family(op: OpWork, model: ModelSpec) -> str:
-    if op.shape.get("kernel_family"):  # an elementwise op with its own kernel family (the FP8 quant pass)
-        return op.shape["kernel_family"]
+    if op.shape.kernel_family:  # an op with its own kernel family (the FP8 quant pass, a fused MoE call)
+        return op.shape.kernel_family
     if op.kind == OpKind.ATTENTION:
         if model.attention.kind == AttentionKind.MLA:
-            return "mla_prefill" if op.shape.get("prefill") else "mla_decode"
+            return "mla_prefill" if op.shape.prefill else "mla_decode"
         return "attention"
     return {
         OpKind.GEMM: "gemm",
@@ -62,15 +63,15 @@ def _family(op: OpWork, model: ModelSpec) -> str:
     }.get(op.kind, "elementwise")
 
 
-def _quant_cta_s(profile, shape: dict):
+def _quant_cta_s(profile, shape: QuantShape):
     """CTAs x cta_ns of the quant model a GEMM fit subtracted from its linear-op rows (SGLang's
     per_token_group_quant_8bit, moesim.calibration.fit.act_quant), so the step adds back what the fit took
     out: a linear op is priced once; 0 for a profile without one."""
     aq = profile.gemm_act_quant() if hasattr(profile, "gemm_act_quant") else None
     cta_ns = ((aq or {}).get("params") or {}).get("cta_ns")
-    if cta_ns is None or shape.get("m") is None or shape.get("k") is None:
+    if cta_ns is None:
         return 0.0
-    return E.quant_ctas(shape["m"], shape["k"]) * float(cta_ns) * 1e-9
+    return E.quant_ctas(shape.m, shape.k) * float(cta_ns) * 1e-9
 
 
 class CostModel:
@@ -118,7 +119,7 @@ class CostModel:
         if self.mode != CostMode.ROOFLINE:
             launch = hw.kernel_launch_s
             fam = _family(op, self.model)
-            kshape = op.shape
+            kshape = own = op.shape.as_kwargs()  # the profile's shape keywords
             if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags and fam != FUSED_FAMILY:
                 # routed token counts per expert are random: each group's last M tile is partly empty
                 # but computed whole (the efficiencies were fitted on tile-aligned shapes)
@@ -129,13 +130,13 @@ class CostModel:
             if self.profile is not None:
                 eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
                 if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
-                    eff, floor = self.profile.kernel_efficiency("elementwise"), _quant_cta_s(self.profile, kshape)
+                    eff, floor = self.profile.kernel_efficiency("elementwise"), _quant_cta_s(self.profile, op.shape)
                 if eff is not None:
                     ec, em, alpha = eff
                     prov = Provenance.FITTED.value
                     launch = self.profile.launch_for(fam)
-                if self.mode == CostMode.MEASURED and op.shape:
-                    measured = self.profile.measured_time(fam, **op.shape)
+                if self.mode == CostMode.MEASURED and own:
+                    measured = self.profile.measured_time(fam, **own)
             if not self.cuda_graphs:  # eager mode: the host launches every kernel
                 launch = max(launch, hw.kernel_launch_eager_s)
         compute_s = alpha + flops / (peak * np.asarray(ec, float))
@@ -178,19 +179,19 @@ class CostModel:
         if op.kind == OpKind.ALL_TO_ALL:
             alpha = np.where(rdma > 0, hw.rdma_latency_s, hw.nvlink_latency_s)
             rdma_bw, nvl_bw = hw.rdma_Bps(achievable), hw.nvlink_Bps(achievable)
-            mode = op.shape.get("mode", comm_mode)
+            mode = op.shape.mode
             if self.profile is not None:
                 terms = self._deepep_time(op, mode, rdma, nvl)
                 if terms is not None:  # deepep_v2: alpha terms + link / SM copy rate (collectives)
                     a, wire = terms
                     return self._comm_cost(op, a + wire, a, rdma + nvl, Provenance.FITTED.value)
-                params = self.profile.comm_params(mode, op.comm_op, op.shape["ep"])
+                params = self.profile.comm_params(mode, op.comm_op, op.shape.ep)
                 if params is not None:
                     alpha, rdma_bw, nvl_bw = params
                     prov = Provenance.FITTED.value
             net = a2a_wire_s(rdma, nvl, rdma_bw, nvl_bw)  # no NVLink: all over the NIC
         else:
-            msg = np.asarray(op.shape.get("bytes", 0.0), float)
+            msg = np.asarray(op.shape.msg_bytes, float)
             alpha, net, prov = self._collective(op.comm_op, group, msg, nvl + rdma, achievable)
         return self._comm_cost(op, np.asarray(net, float) + alpha, alpha, rdma + nvl, prov)
 
@@ -232,18 +233,16 @@ class CostModel:
     def _deepep_time(self, op: OpWork, mode, rdma, nvl):
         """The profile's deepep_v2 (alpha_s, wire_s) of an all-to-all op, or None (other models)."""
         sh = op.shape
-        if "experts" not in sh:
-            return None
         return self.profile.comm_time(
             mode,
             op.comm_op,
-            tokens=np.asarray(sh["tokens"], float) * np.asarray(sh.get("moe_tp", 1.0), float),
+            tokens=np.asarray(sh.tokens, float) * np.asarray(sh.moe_tp, float),
             rdma_bytes=rdma,
             nvl_bytes=nvl,
-            ep=sh["ep"],
-            experts=sh["experts"],
-            msg_bytes=sh["msg_bytes"],
-            sms=sh.get("sms"),
+            ep=sh.ep,
+            experts=sh.experts,
+            msg_bytes=sh.msg_bytes,
+            sms=sh.sms,
             # a fitted host floor (host-paced benchmark loop) applies where the host paces the call:
             # eager mode, and DeepEP normal always (its dispatch waits on the host for receive counts);
             # LL calls replayed in a CUDA graph have none

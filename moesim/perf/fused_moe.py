@@ -34,6 +34,7 @@ import numpy as np
 from moesim.enums import BoundCode, CostMode, OpKind, Stream, Tag
 from moesim.perf.profile.work import kernel_work
 from moesim.workload.ops import OpWork
+from moesim.workload.shapes import FusedMoeShape
 
 FUSED = "fused"
 MOE_FAMILY = "moe"
@@ -59,7 +60,7 @@ def routed_runs(ops: list[OpWork]) -> list[list[int]]:
     none of them already one fused call."""
     runs, cur = [], []
     for i, op in enumerate([*ops, None]):
-        if op is not None and _is_routed(op) and op.shape.get("kernel_family") != MOE_FAMILY:
+        if op is not None and _is_routed(op) and op.shape.kernel_family != MOE_FAMILY:
             cur.append(i)
             continue
         if sum(_is_up(ops[j]) for j in cur) == 1 and sum(_is_down(ops[j]) for j in cur) == 1:
@@ -68,30 +69,29 @@ def routed_runs(ops: list[OpWork]) -> list[list[int]]:
     return runs
 
 
-def fused_shape(model, up: OpWork, down: OpWork) -> dict:
+def fused_shape(model, up: OpWork, down: OpWork) -> FusedMoeShape:
     """The `moe` shape (moesim.perf.profile.work.kernel_work) of the call whose gate/up and down
     grouped GEMMs are `up` and `down`: tokens, hidden, n (the expert width), experts, topk, ep, tp
     (expert TP), active (the workload's touched local slots), layout fused."""
     s = up.shape
-    groups = np.asarray(s["groups"], float)
-    pairs = np.asarray(s["m"], float) * groups
+    groups = np.asarray(s.groups, float)
+    pairs = np.asarray(s.m, float) * groups
     width = float(model.moe.expert_intermediate_size)
-    experts = np.asarray(s.get("experts", float(model.moe.num_experts)), float)
-    topk = np.asarray(s.get("topk", float(model.moe.top_k)), float)
-    ep = np.asarray(s["ep"], float) if s.get("ep") is not None else experts / np.maximum(groups, 1e-9)
-    tokens = np.asarray(s["tokens"], float) if s.get("tokens") is not None else pairs * ep / topk
-    return {
-        "kernel_family": MOE_FAMILY,
-        "tokens": tokens,
-        "hidden": np.asarray(up.shape["k"], float),
-        "n": width * np.ones_like(pairs),
-        "experts": experts * np.ones_like(pairs),
-        "topk": topk * np.ones_like(pairs),
-        "ep": ep * np.ones_like(pairs),
-        "tp": width / np.asarray(down.shape["k"], float),
-        "active": np.asarray(s.get("active", groups), float),
-        "layout": FUSED,
-    }
+    experts = np.asarray(float(model.moe.num_experts) if s.experts is None else s.experts, float)
+    topk = np.asarray(float(model.moe.top_k) if s.topk is None else s.topk, float)
+    ep = np.asarray(s.ep, float) if s.ep is not None else experts / np.maximum(groups, 1e-9)
+    tokens = np.asarray(s.tokens, float) if s.tokens is not None else pairs * ep / topk
+    return FusedMoeShape(
+        tokens=tokens,
+        hidden=np.asarray(s.k, float),
+        n=width * np.ones_like(pairs),
+        experts=experts * np.ones_like(pairs),
+        topk=topk * np.ones_like(pairs),
+        ep=ep * np.ones_like(pairs),
+        tp=width / np.asarray(down.shape.k, float),
+        active=np.asarray(groups if s.active is None else s.active, float),
+        layout=FUSED,
+    )
 
 
 def fused_op(model, parts: list[OpWork]) -> OpWork:
@@ -124,7 +124,7 @@ def fuses(cm, dtype) -> bool:
 
 def fused_call(cm, op: OpWork) -> bool:
     """True for an op that is one fused MoE call (shape kernel_family "moe") cm prices fused."""
-    return op.stream == Stream.COMPUTE and op.shape.get("kernel_family") == MOE_FAMILY and fuses(cm, op.dtype)
+    return op.stream == Stream.COMPUTE and op.shape.kernel_family == MOE_FAMILY and fuses(cm, op.dtype)
 
 
 def price_call(cm, op: OpWork):
@@ -134,7 +134,7 @@ def price_call(cm, op: OpWork):
     measured residual) and never moves with the workload's byte conventions (FP8 scales, the permute
     pass a fused call does not run separately); the reported FLOPs and bytes stay the op's."""
     dtype = str(getattr(op.dtype, "value", op.dtype)).lower()
-    F, b_in, b_out, _ = kernel_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape, "dtype": dtype})
+    F, b_in, b_out, _ = kernel_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape.as_kwargs(), "dtype": dtype})
     shape = np.broadcast(np.asarray(op.flops, float), np.asarray(op.bytes_total, float), F, b_in).shape
     work = dataclasses.replace(
         op,

@@ -62,7 +62,7 @@ def _input_quant(work: OpWork, model: ModelSpec, cost_model: CostModel) -> dict:
         return {}
     p = model.precision
     q = quant_pass(
-        "input_quant", work.shape["m"], work.shape["k"], a_bytes=p.activation_dtype.bytes, block=p.weight_block, stage=1
+        "input_quant", work.shape.m, work.shape.k, a_bytes=p.activation_dtype.bytes, block=p.weight_block, stage=1
     )
     t = float(np.ravel(cost_model.cost(q).time_s)[0])
     src = aq.get("source", "a quant model").split(";")[0]
@@ -119,7 +119,7 @@ def library_error(work: OpWork, hw: HardwareSpec, library: str, backends: dict |
     if library != "custom":
         return None
     op, g = work.comm_op, float(np.ravel(work.group)[0])
-    msg = float(np.ravel(work.shape["bytes"])[0])
+    msg = float(np.ravel(work.shape.msg_bytes)[0])
     if op == "all_gather" or backends == {}:
         what = "custom all-gather" if op == "all_gather" else "custom all-reduce in its profile"
         return f"--library custom: the {engine} engine has no {what} (it runs NCCL at every size); use --library auto or nccl"
@@ -172,7 +172,7 @@ def _untimed_terms(work: OpWork, hw: HardwareSpec, achievable: bool, params, lib
     custom all-reduce; all-gather both NCCL. tests/unit/test_kernel_library.py holds "auto" to CostModel."""
     op = work.comm_op
     group = np.asarray(work.group, float)
-    msg = np.asarray(work.shape.get("bytes", 0.0), float)
+    msg = np.asarray(work.shape.msg_bytes, float)
     ring = np.asarray(work.net_bytes_nvlink, float) + np.asarray(work.net_bytes_rdma, float)
     multi = (op == "all_reduce") & (group > hw.domain_gpus)
     extra_a = extra_w = 0.0
@@ -219,12 +219,12 @@ def _library_times(work: OpWork, model: ModelSpec, hw: HardwareSpec, cost_mode: 
 
 def _sized(work: OpWork, sizes) -> OpWork:
     """The collective at other message sizes (its wire bytes are linear in the message: workload.comm)."""
-    scale = np.asarray(sizes, float) / float(np.ravel(work.shape["bytes"])[0])
+    scale = np.asarray(sizes, float) / float(np.ravel(work.shape.msg_bytes)[0])
     return replace(
         work,
         net_bytes_nvlink=np.asarray(work.net_bytes_nvlink, float) * scale,
         net_bytes_rdma=np.asarray(work.net_bytes_rdma, float) * scale,
-        shape={**work.shape, "bytes": np.asarray(sizes, float)},
+        shape=replace(work.shape, msg_bytes=np.asarray(sizes, float)),
     )
 
 

@@ -12,8 +12,8 @@ from moesim.grid.core import Grid
 from moesim.specs.hardware import HardwareSpec
 from moesim.specs.model import ModelSpec
 from moesim.workload.attention import attention_ops
-from moesim.workload.ffn import dense_ffn_ops, moe_ops
-from moesim.workload.ops import OpWork, elementwise, gemm
+from moesim.workload.ffn import MoeParallel, dense_ffn_ops, moe_ops
+from moesim.workload.ops import Operands, OpWork, elementwise, gemm
 
 
 @dataclass
@@ -66,14 +66,9 @@ def build(
     comm = CommMode(comm)
     prefill = phase == Phase.PREFILL
     t, b_req = tokens(grid, phase, micro_batches)
-    ch, t_all, t_lm = None, t, (b_req if prefill else t)
-    t_moe = t
+    ch, t_all, t_lm, t_moe = None, t, (b_req if prefill else t), t
     if chunk is not None and not prefill:
-        ct = np.asarray(chunk[0], float) / micro_batches
-        seqs = ct / np.asarray(chunk[1], float)  # prompts (or parts of one) in the chunk
-        ch = (ct, np.maximum(seqs, np.where(ct > 0, 1.0 / micro_batches, 0.0)), chunk[1])
-        t_all, t_lm = t + ct, t + seqs  # a prompt's last token needs its logits
-        t_moe = t + (np.asarray(chunk[2], float) / micro_batches if len(chunk) > 2 else ct)
+        ch, t_all, t_lm, t_moe = _fused_chunk(chunk, t, micro_batches)
     kw = dict(
         t=t, b_req=b_req, q_len=np.where(prefill, 1.0, grid.q_len), context=grid.context, tp=grid.tp, prefill=prefill
     )
@@ -81,20 +76,9 @@ def build(
     dense = attn + dense_ffn_ops(model, t=t_all, tp=grid.tp) if model.dense_ffn else []
     moe = []
     if model.is_moe:
+        par = MoeParallel.of(grid)
         moe = attention_ops(model, **kw, chunk=ch) + moe_ops(
-            model,
-            hw,
-            t=t_moe,
-            tp=grid.tp,
-            dp=grid.dp,
-            ep=grid.ep,
-            moe_tp=grid.moe_tp,
-            redundant=grid.redundant,
-            comm=comm,
-            prefill=prefill,
-            comm_sms=comm_sms,
-            path=path,
-            load=load,
+            model, hw, par, t=t_moe, comm=comm, prefill=prefill, comm_sms=comm_sms, path=path, load=load
         )
     step = _step_ops(model, t_all, t_lm, grid.tp)
     mtp: list[OpWork] = []
@@ -115,11 +99,23 @@ def build(
     )
 
 
+def _fused_chunk(chunk, t, micro_batches: int):
+    """(attention chunk, tokens through the shared projections, LM-head rows, tokens through the
+    experts) of a decode pass with `chunk` (build's) prefill tokens fused in, per micro-batch."""
+    ct = np.asarray(chunk[0], float) / micro_batches
+    seqs = ct / np.asarray(chunk[1], float)  # prompts (or parts of one) in the chunk
+    ch = (ct, np.maximum(seqs, np.where(ct > 0, 1.0 / micro_batches, 0.0)), chunk[1])
+    t_moe = t + (np.asarray(chunk[2], float) / micro_batches if len(chunk) > 2 else ct)
+    return ch, t + ct, t + seqs, t_moe  # a prompt's last token needs its logits
+
+
 def _lm_head(name, m, model: ModelSpec, tp, stage=5) -> OpWork:
     """Vocab-parallel LM head: BF16 GEMM in the embedding dtype, FP32 logits."""
     emb_b = model.precision.embedding_dtype.bytes
     v, d = model.vocab_size / tp, model.hidden_size
-    return gemm(name, m, v, d, w_bytes=emb_b, a_bytes=2.0, out_bytes=4.0, dtype=Dtype.BF16, block=0, stage=stage)
+    return gemm(
+        name, m, v, d, Operands(w_bytes=emb_b, a_bytes=2.0, dtype=Dtype.BF16, out_bytes=4.0, block=0), stage=stage
+    )
 
 
 def _step_ops(model: ModelSpec, t, t_lm, tp) -> list[OpWork]:
@@ -137,7 +133,7 @@ def _mtp_ops(model: ModelSpec, t, tp, block: list[OpWork]) -> list[OpWork]:
     """MTP module per draft (V3 report sec. 2.2): concat(norm(h), norm(emb)) -> eh_proj -> block -> head."""
     d, p = model.hidden_size, model.precision
     wb = p.weight_dtype.bytes
-    eh = gemm("mtp_eh_proj", t, d, 2 * d, w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, block=p.weight_block, stage=1)
+    eh = gemm("mtp_eh_proj", t, d, 2 * d, Operands(w_bytes=wb, a_bytes=2.0, dtype=p.weight_dtype, block=p.weight_block))
     return [eh] + [_renamed(o, "mtp_") for o in block] + [_lm_head("mtp_lm_head", t, model, tp)]
 
 

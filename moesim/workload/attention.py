@@ -13,7 +13,18 @@ import numpy as np
 
 from moesim.enums import OpKind, Tag
 from moesim.specs.model import AttentionKind, ModelSpec
-from moesim.workload.ops import OpWork, act_elem_bytes, allreduce, elementwise, gemm, linear_kw, matmul_work, quant_pass
+from moesim.workload.ops import (
+    Operands,
+    OpWork,
+    act_elem_bytes,
+    allreduce,
+    bmm,
+    elementwise,
+    gemm,
+    linear_kw,
+    quant_pass,
+)
+from moesim.workload.shapes import AttentionShape
 
 CORE_TAGS = frozenset({Tag.CORE})
 
@@ -62,9 +73,10 @@ def gqa_decode_work(batch, q_len, heads, kv_heads, head_dim, context, *, kv_byte
     return flops, kv, t * heads * head_dim * 2.0 * 2.0
 
 
-def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, heads, prefill, **geometry) -> OpWork:
-    """The attention core op; its shape names the kernel's geometry for the calibrated kernel models
-    (moesim.perf.attention_eff): KV cache dtype, and for MHA/GQA the KV heads (groups) and head dim (k)."""
+def _core(model: ModelSpec, name, flops, *, act, kv=0.0, **geometry) -> OpWork:
+    """The attention core op; its shape (AttentionShape of `geometry`: batch, q_len, context, heads,
+    prefill, and for MHA/GQA the KV heads `groups` and head dim `k`) names the kernel's geometry for
+    the calibrated kernel models (moesim.perf.attention_eff), with the model's KV cache dtype."""
     return OpWork(
         name,
         OpKind.ATTENTION,
@@ -73,15 +85,7 @@ def _core(model: ModelSpec, name, flops, *, act, kv=0.0, batch, q_len, context, 
         flops=flops,
         bytes_kv=kv,
         bytes_act=act,
-        shape={
-            "batch": batch,
-            "q_len": q_len,
-            "context": context,
-            "heads": heads,
-            "prefill": prefill,
-            "kv_dtype": model.precision.kv_dtype.value,
-            **geometry,
-        },
+        shape=AttentionShape(kv_dtype=model.precision.kv_dtype.value, **geometry),
         tags=CORE_TAGS,
     )
 
@@ -144,19 +148,7 @@ def core_op(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bool) ->
 def _bmm(name, t, h, n, k, *, w_bytes, a_bytes, dtype, stage) -> OpWork:
     """Per-head batched matmul of the absorbed MLA form (h heads, [t, k] x [k, n] each); BF16
     output, no block scales counted (work: matmul_work)."""
-    flops, b_w, b_in, b_out = matmul_work(
-        t * h, n, k, weights=h, w_bytes=w_bytes, a_bytes=a_bytes, out_bytes=2.0, block=0
-    )
-    return OpWork(
-        name,
-        OpKind.BMM,
-        dtype,
-        stage,
-        flops=flops,
-        bytes_weight=b_w * np.ones_like(t),
-        bytes_act=b_in + b_out,
-        shape={"m": t, "n": n * np.ones_like(t), "k": k * np.ones_like(t), "groups": h},
-    )
+    return bmm(name, t, h, n, k, Operands(w_bytes=w_bytes, a_bytes=a_bytes, dtype=dtype, block=0), stage=stage)
 
 
 def _o_proj_quant(t, width, a_bytes, block):
@@ -192,7 +184,7 @@ def _mla_form_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
     lat, rope, nope, vd = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
     core = core_op(model, t=t, b_req=b_req, q_len=q_len, context=context, tp=tp, prefill=prefill)
     if prefill:
-        kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, **linear_kw(p), stage=1)
+        kv_b = gemm("kv_b_proj", t, h * (nope + vd), lat, linear_kw(p), stage=1)
         ops = [*_in_quant("kv_b_quant", t, lat, ab, blk), kv_b, core]
     else:
         # FP8 absorb BMMs quantise their BF16 inputs (q_nope, the attention output) in their own pass
@@ -244,26 +236,26 @@ def attention_ops(model: ModelSpec, *, t, b_req, q_len, context, tp, prefill: bo
         if a.q_lora_rank:
             # fused q_a + kv_a down projection (Perplexity: qkv_a_proj), replicated across TP
             ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)
-            ops.append(gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, **linear_kw(p), stage=1))
+            ops.append(gemm("qkv_a_proj", t_all, a.q_lora_rank + lat + rope, d, linear_kw(p), stage=1))
             ops.append(elementwise("qkv_a_norm", t_all * (a.q_lora_rank + lat) * 2.0 * 2.0, stage=1))
             ops += _in_quant("q_b_quant", t_all, a.q_lora_rank, ab, blk)
-            ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, **linear_kw(p), stage=1))
+            ops.append(gemm("q_b_proj", t_all, h * qd, a.q_lora_rank, linear_kw(p), stage=1))
         else:
             ops += _in_quant("qkv_a_quant", t_all, d, ab, blk)  # one pass: kv_a_proj and q_proj share the input
-            ops.append(gemm("kv_a_proj", t_all, lat + rope, d, **linear_kw(p), stage=1))
+            ops.append(gemm("kv_a_proj", t_all, lat + rope, d, linear_kw(p), stage=1))
             ops.append(elementwise("kv_a_norm", t_all * lat * 2.0 * 2.0, stage=1))
-            ops.append(gemm("q_proj", t_all, h * qd, d, **linear_kw(p), stage=1))
+            ops.append(gemm("q_proj", t_all, h * qd, d, linear_kw(p), stage=1))
         ops += form
         width = h * vd
     else:
         hd = model.head_dim
         kvh = np.maximum(a.kv_heads / tp, 1.0)  # KV heads replicate when fewer than TP ranks
         ops += _in_quant("qkv_quant", t_all, d, ab, blk)
-        ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, **linear_kw(p), stage=1))
+        ops.append(gemm("qkv_proj", t_all, (h + 2 * kvh) * hd, d, linear_kw(p), stage=1))
         ops += form
         width = h * hd
     ops += _o_proj_quant(t_all, width, ab, blk)
-    ops.append(gemm("o_proj", t_all, d, width, **linear_kw(p), stage=2))
+    ops.append(gemm("o_proj", t_all, d, width, linear_kw(p), stage=2))
     ops.append(allreduce("attn_tp_allreduce", t_all, d, tp, 2))
     ops.append(elementwise("ffn_norm", t_all * d * 2.0 * 2.0, stage=2))
     return ops

@@ -4,6 +4,8 @@ costs inside `estimate`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from moesim.enums import CommMode, Dtype, OpKind, Stream
@@ -13,7 +15,8 @@ from moesim.specs.model import AttentionKind, ModelSpec
 from moesim.workload import comm as C
 from moesim.workload.attention import mla_core_op
 from moesim.workload.ffn import all_to_all
-from moesim.workload.ops import OpWork, gemm, grouped_gemm
+from moesim.workload.ops import OpWork, gemm, grouped_gemm, linear_kw
+from moesim.workload.shapes import CollectiveShape
 
 # Largest accepted shape per flag (larger overflows float64 FLOP counts or is no real kernel).
 KERNEL_MAX = {"ep": 1e6, "gpus": 1e6, "groups": 1e6, "heads": 1e6, "q_len": 1e6, "context": 1e8, "bytes": 1e15}
@@ -47,27 +50,15 @@ def _one(x) -> np.ndarray:
 
 
 def _matmul(model: ModelSpec, op: str, m, n, k, groups, layout) -> OpWork:
-    p = model.precision
+    operands = linear_kw(model.precision)
     if op == "gemm":
         _need(op, m=m, n=n, k=k)
-        kw = dict(w_bytes=p.weight_dtype.bytes, a_bytes=p.activation_dtype.bytes, block=p.weight_block)
-        return gemm("gemm", _one(m), n, k, dtype=p.weight_dtype, **kw)
+        return gemm("gemm", _one(m), n, k, operands)
     _need(op, m=m, n=n, k=k, groups=groups)
     if layout not in ("masked", "contiguous"):
         raise ConfigError(f"--layout: {layout!r}; allowed: masked, contiguous")
-    return grouped_gemm(
-        "grouped_gemm",
-        _one(m) * groups,
-        n,
-        k,
-        groups=_one(groups),
-        active=_one(groups),
-        w_bytes=p.weight_dtype.bytes,
-        a_bytes=p.activation_dtype.bytes,
-        dtype=p.weight_dtype,
-        block=p.weight_block,
-        layout=layout,
-    )
+    g = _one(groups)
+    return grouped_gemm("grouped_gemm", _one(m) * groups, n, k, operands, groups=g, active=g, layout=layout)
 
 
 def _mla(model: ModelSpec, op: str, batch, q_len, context, heads) -> OpWork:
@@ -90,7 +81,7 @@ def _all_to_all(model: ModelSpec, hw: HardwareSpec, op: str, ep, tokens, mode) -
         raise ConfigError(f"--op {op}: {model.name} has no experts")
     e = _one(ep)
     slots = model.moe.num_experts
-    return all_to_all(model, hw, op, mode, tokens=_one(tokens), ep=e, slots=slots, stage=3, present=1.0)
+    return all_to_all(model, hw, op, mode, tokens=_one(tokens), ep=e, slots=slots)
 
 
 def _collective(hw: HardwareSpec, op: str, gpus, nbytes) -> OpWork:
@@ -108,40 +99,48 @@ def _collective(hw: HardwareSpec, op: str, gpus, nbytes) -> OpWork:
         net_bytes_rdma=np.where(inside, 0, sent),
         group=g,
         comm_op=op,
-        shape={"bytes": _one(nbytes), "gpus": g},
+        shape=CollectiveShape(msg_bytes=_one(nbytes), gpus=g),
     )
 
 
-def kernel_work(
-    model: ModelSpec,
-    hw: HardwareSpec,
-    op: str,
-    *,
-    m=None,
-    n=None,
-    k=None,
-    groups=1,
-    layout="masked",
-    batch=None,
-    q_len=1,
-    context=None,
-    heads=None,
-    ep=None,
-    tokens=None,
-    mode="deepep-ll",
-    gpus=None,
-    nbytes=None,
-) -> OpWork:
-    """The OpWork of one kernel from shape flags (arrays of one element)."""
-    for name, v in (("q_len", q_len), ("heads", heads), ("groups", groups)):
-        if v is not None:
-            check_size(name, v)
+@dataclass(frozen=True, kw_only=True)
+class KernelFlags:
+    """The shape flags of `moesim kernel` (None: not given); which ones an op needs: kernel_work."""
+
+    m: float | None = None  # GEMM rows (grouped: rows per group)
+    n: float | None = None  # output columns
+    k: float | None = None  # reduction depth
+    groups: float | None = 1  # grouped GEMM weight matrices
+    layout: str = "masked"  # grouped GEMM layout: masked | contiguous
+    batch: float | None = None  # attention requests
+    q_len: float | None = 1  # query tokens per request
+    context: float | None = None  # KV tokens per request
+    heads: float | None = None  # query heads (None: the model's)
+    ep: float | None = None  # EP ranks
+    tokens: float | None = None  # tokens sent by one rank (dispatch / combine)
+    mode: str = "deepep-ll"  # all-to-all comm mode
+    gpus: float | None = None  # collective ranks
+    nbytes: float | None = None  # collective message bytes
+
+
+def kernel_work(model: ModelSpec, hw: HardwareSpec, op: str, **flags) -> OpWork:
+    """The OpWork of one kernel from shape flags (KernelFlags; arrays of one element). Ops: gemm (m, n,
+    k), grouped_gemm (m, n, k, groups, layout), mla_decode / mla_prefill (batch, q_len, context,
+    heads), dispatch / combine (ep, tokens, mode), all_reduce / all_gather (gpus, nbytes)."""
+    known = {f.name for f in fields(KernelFlags)}
+    if set(flags) - known:
+        bad = ", ".join(sorted(set(flags) - known))
+        raise ConfigError(f"kernel_work: unknown shape flag(s) {bad}; allowed: {', '.join(sorted(known))}")
+    f = KernelFlags(**flags)
+    for name in ("q_len", "heads", "groups"):
+        if getattr(f, name) is not None:
+            check_size(name, getattr(f, name))
     if op in ("gemm", "grouped_gemm"):
-        return _matmul(model, op, m, n, k, groups, layout)
+        return _matmul(model, op, f.m, f.n, f.k, f.groups, f.layout)
     if op in ("mla_decode", "mla_prefill"):
-        return _mla(model, op, batch, q_len, context, heads)
+        return _mla(model, op, f.batch, f.q_len, f.context, f.heads)
     if op in ("dispatch", "combine"):
-        return _all_to_all(model, hw, op, ep, tokens, mode)
+        return _all_to_all(model, hw, op, f.ep, f.tokens, f.mode)
     if op in ("all_reduce", "all_gather"):
-        return _collective(hw, op, gpus, nbytes)
+        return _collective(hw, op, f.gpus, f.nbytes)
     raise ConfigError(f"--op: {op!r}; allowed: {', '.join(OPS)}")

@@ -9,6 +9,16 @@ import numpy as np
 
 from moesim.enums import Dtype, OpKind, Stream
 from moesim.workload.comm import ring_allgather_bytes, ring_allreduce_bytes
+from moesim.workload.shapes import (
+    BmmShape,
+    CollectiveShape,
+    ElementwiseShape,
+    GemmShape,
+    GroupedGemmShape,
+    KernelShape,
+    QuantShape,
+    check_shape,
+)
 
 
 @dataclass
@@ -27,10 +37,13 @@ class OpWork:
     messages: np.ndarray = 0.0
     group: np.ndarray = 1.0  # ranks taking part in a collective / EP size for all-to-all
     comm_op: str = ""  # dispatch | combine | all_reduce | all_gather | kv_transfer
-    shape: dict = field(default_factory=dict)  # kernel shape for efficiency curves
+    shape: KernelShape = field(default_factory=ElementwiseShape)  # kernel geometry (moesim.workload.shapes)
     present: np.ndarray = 1.0  # 0 where the op does not exist for a config (e.g. tp == 1 all-reduce)
     sm_share: float = 0.0  # SMs a comm kernel holds while in flight (fraction of the GPU)
     tags: frozenset = frozenset()  # moesim.enums.Tag: what the schedule and the imbalance read
+
+    def __post_init__(self):
+        check_shape(self.kind, self.shape)
 
     @property
     def bytes_total(self):
@@ -73,89 +86,90 @@ def matmul_work(rows, n, k, *, weights=1.0, w_bytes: float, a_bytes: float, out_
     return flops, b_weight, rows * k * a_elem, rows * n * out_bytes
 
 
-def _matmul_op(name, kind, dtype, stage, rows, n, k, *, m=None, present=1.0, tags=frozenset(), more=None, **work):
-    """The OpWork of `rows` rows through [k, n] weights (work: matmul_work(rows, n, k, **work));
-    its shape: m (default: rows), n, k as arrays like `rows`, then the items of `more`."""
+@dataclass(frozen=True)
+class Operands:
+    """Element sizes of a matmul's operands and the dtype its kernel runs at (matmul_work's byte
+    convention)."""
+
+    w_bytes: float  # bytes per weight element
+    a_bytes: float  # bytes per input activation element
+    dtype: Dtype = Dtype.FP8  # the kernel's compute dtype (its peak and profile variant)
+    out_bytes: float = 2.0  # bytes per output element
+    block: int = 128  # weight-scale block (0: no block scales counted)
+
+    def work(self, rows, n, k, weights=1.0):
+        """matmul_work of `rows` rows through `weights` [k, n] matrices with these operands."""
+        kw = dict(w_bytes=self.w_bytes, a_bytes=self.a_bytes, out_bytes=self.out_bytes, block=self.block)
+        return matmul_work(rows, n, k, weights=weights, **kw)
+
+
+def _matmul_op(name, kind, stage, rows, operands: Operands, shape, *, weights=1.0, present=1.0, tags=frozenset()):
+    """The OpWork of `rows` rows through `weights` [shape.k, shape.n] matrices (operands.work)."""
     rows = np.asarray(rows, float)
-    flops, b_w, b_in, b_out = matmul_work(rows, n, k, **work)
-    ones = np.ones_like(rows)
+    flops, b_w, b_in, b_out = operands.work(rows, shape.n, shape.k, weights)
     return OpWork(
         name,
         kind,
-        Dtype(dtype),
+        Dtype(operands.dtype),
         stage,
         flops=flops,
-        bytes_weight=b_w * ones,
+        bytes_weight=b_w * np.ones_like(rows),
         bytes_act=b_in + b_out,
-        shape={"m": rows if m is None else m, "n": n * ones, "k": k * ones, **(more or {})},
+        shape=shape,
         present=present,
         tags=frozenset(tags),
     )
 
 
-def linear_kw(precision) -> dict:
-    """gemm() keywords of a model's linear projection: its weight dtype (the kernel and peak it runs
+def linear_kw(precision) -> Operands:
+    """The Operands of a model's linear projection: its weight dtype (the kernel and peak it runs
     at: BF16 models run BF16 GEMMs), weight and activation bytes and the weight-scale block."""
-    return {
-        "w_bytes": precision.weight_dtype.bytes,
-        "a_bytes": precision.activation_dtype.bytes,
-        "dtype": precision.weight_dtype,
-        "block": precision.weight_block,
-    }
+    return Operands(
+        w_bytes=precision.weight_dtype.bytes,
+        a_bytes=precision.activation_dtype.bytes,
+        dtype=precision.weight_dtype,
+        block=precision.weight_block,
+    )
 
 
-def gemm(
-    name,
-    m,
-    n,
-    k,
-    *,
-    w_bytes: float,
-    a_bytes: float,
-    out_bytes: float = 2.0,
-    dtype=Dtype.FP8,
-    stage=1,
-    block: int = 128,
-    present=1.0,
-    tags=frozenset(),
-) -> OpWork:
+def gemm(name, m, n, k, operands: Operands, *, stage=1, present=1.0, tags=frozenset()) -> OpWork:
     """One [m, k] x [k, n] GEMM (work: matmul_work)."""
-    work = {"w_bytes": w_bytes, "a_bytes": a_bytes, "out_bytes": out_bytes, "block": block}
-    return _matmul_op(name, OpKind.GEMM, dtype, stage, m, n, k, present=present, tags=tags, **work)
+    m = np.asarray(m, float)
+    ones = np.ones_like(m)
+    shape = GemmShape(m=m, n=n * ones, k=k * ones)
+    return _matmul_op(name, OpKind.GEMM, stage, m, operands, shape, present=present, tags=tags)
 
 
-def grouped_gemm(
-    name,
-    rows,
-    n,
-    k,
-    *,
-    groups,
-    active,
-    w_bytes: float,
-    a_bytes: float,
-    dtype,
-    block: int,
-    layout: str,
-    stage: int = 4,
-    tags=frozenset(),
-) -> OpWork:
+def bmm(name, t, h, n, k, operands: Operands, *, stage) -> OpWork:
+    """Per-head batched matmul (h heads, [t, k] x [k, n] each; the MLA absorb form): every head
+    reads its own weights (work: matmul_work over t x h rows, h weight matrices)."""
+    ones = np.ones_like(np.asarray(t, float))
+    shape = BmmShape(m=t, n=n * ones, k=k * ones, groups=h)
+    return _matmul_op(name, OpKind.BMM, stage, t * h, operands, shape, weights=h)
+
+
+def grouped_gemm(name, rows, n, k, operands: Operands, *, groups, active, layout: str, stage=4, tags=frozenset()):
     """Grouped GEMM over `groups` weight matrices [k, n] (DeepGEMM masked/contiguous layouts):
-    `rows` rows in all, `active` matrices read (groups that receive >= 1 row). BF16 output."""
+    `rows` rows in all, `active` matrices read (groups that receive >= 1 row); operands' output
+    bytes (BF16: 2)."""
     rows = np.asarray(rows, float)
     groups = np.asarray(groups, float)
-    work = {"weights": active, "w_bytes": w_bytes, "a_bytes": a_bytes, "out_bytes": 2.0, "block": block}
-    per_group = rows / np.maximum(groups, 1e-9)
+    ones = np.ones_like(rows)
     # active: the kernel reads only these groups' weights (moesim.perf.profile.work._weights)
-    more = {
-        "groups": groups * np.ones_like(rows),
-        "active": np.asarray(active, float) * np.ones_like(rows),
-        "layout": layout,
-    }
-    return _matmul_op(name, OpKind.GROUPED_GEMM, dtype, stage, rows, n, k, m=per_group, tags=tags, more=more, **work)
+    shape = GroupedGemmShape(
+        m=rows / np.maximum(groups, 1e-9),
+        n=n * ones,
+        k=k * ones,
+        groups=groups * ones,
+        active=np.asarray(active, float) * ones,
+        layout=layout,
+    )
+    kw = dict(weights=active, tags=tags)
+    return _matmul_op(name, OpKind.GROUPED_GEMM, stage, rows, operands, shape, **kw)
 
 
-def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset()) -> OpWork:
+def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset(), shape=None) -> OpWork:
+    """A BF16 streaming op of `nbytes` activation bytes (shape: ElementwiseShape unless given)."""
     return OpWork(
         name=name,
         kind=OpKind.ELEMENTWISE,
@@ -165,6 +179,7 @@ def elementwise(name, nbytes, *, stage=1, flops=0.0, present=1.0, tags=frozenset
         bytes_act=np.asarray(nbytes, float),
         present=present,
         tags=frozenset(tags),
+        shape=ElementwiseShape() if shape is None else shape,
     )
 
 
@@ -179,11 +194,9 @@ def quant_pass(name, m, k, *, a_bytes: float, block: int, stage: int, present=1.
     unless activations are sub-16-bit with block scaling."""
     m = np.asarray(m, float)
     on = float(a_bytes < 2 and bool(block))
-    op = elementwise(
-        name, m * k * QUANT_BYTES_PER_ELEM, stage=stage, present=np.asarray(present, float) * on, tags=tags
-    )
-    op.shape = {"m": m, "k": k * np.ones_like(m), "kernel_family": "quant"}
-    return op
+    shape = QuantShape(m=m, k=k * np.ones_like(m))
+    present = np.asarray(present, float) * on
+    return elementwise(name, m * k * QUANT_BYTES_PER_ELEM, stage=stage, present=present, tags=tags, shape=shape)
 
 
 def permute_bytes(pairs, hidden, a_elem: float):
@@ -208,7 +221,7 @@ def _collective(name, comm_op: str, msg, ring_bytes, group, stage, present=1.0) 
         net_bytes_nvlink=ring_bytes,
         group=group,
         comm_op=comm_op,
-        shape={"bytes": msg, "gpus": group},
+        shape=CollectiveShape(msg_bytes=msg, gpus=group),
         present=(group > 1).astype(float) * present,
     )
 

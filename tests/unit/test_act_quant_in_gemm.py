@@ -101,9 +101,9 @@ def test_quant_passes_priced_as_their_own_ops():
 
 
 def _same_input(g, q, groups=1.0):
-    assert q.shape["kernel_family"] == "quant" and float(q.present) == 1.0
-    assert float(q.shape["m"][0]) == float(g.shape["m"][0])
-    assert float(q.shape["k"][0]) == float(g.shape["k"][0]) * groups
+    assert q.shape.kernel_family == "quant" and float(q.present) == 1.0
+    assert float(q.shape.m[0]) == float(g.shape.m[0])
+    assert float(q.shape.k[0]) == float(g.shape.k[0]) * groups
 
 
 def test_dense_down_projection_quantises_its_input():
@@ -129,7 +129,7 @@ def test_every_bf16_fed_fp8_projection_has_its_input_quant():
             _same_input(ops[gemm_name], ops[quant_name])
         if not prefill:  # the absorb BMMs: [t, heads x k] inputs
             for bmm, quant in (("w_uk_bmm", "w_uk_quant"), ("w_uv_bmm", "w_uv_quant")):
-                _same_input(ops[bmm], ops[quant], float(ops[bmm].shape["groups"]))
+                _same_input(ops[bmm], ops[quant], float(ops[bmm].shape.groups))
     bf16 = {o.name for o in attention_ops(load_model("llama-3-1-70b"), prefill=False, **kw)}
     assert not any(n.endswith("_quant") for n in bf16)  # BF16 activations: no quant pass
 

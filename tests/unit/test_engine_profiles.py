@@ -322,6 +322,7 @@ def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
     from moesim.api import load_profile_for, resolve_specs
     from moesim.enums import Dtype
     from moesim.perf.cost import CostModel
+    from moesim.workload.ops import Operands
     from moesim.workload.ops import gemm as gemm_op
 
     m, h = resolve_specs("deepseek-v3", "h200")
@@ -330,7 +331,7 @@ def test_call_time_fits_add_no_second_launch_and_ops_price_their_own_dtype():
     assert prof.launch_for("elementwise") == prof.launch_s > 0  # not fitted on call times
     cm = CostModel(h, m, "calibrated", prof)
     for dt, nbytes in ((Dtype.FP8, 1.0), (Dtype.BF16, 2.0)):
-        op = gemm_op("g", np.asarray([64.0]), 7168, 2048, w_bytes=nbytes, a_bytes=nbytes, dtype=dt)
+        op = gemm_op("g", np.asarray([64.0]), 7168, 2048, Operands(w_bytes=nbytes, a_bytes=nbytes, dtype=dt))
         t = float(np.ravel(cm.cost(op).time_s)[0])
         assert t == pytest.approx(
             float(prof.kernel_time("gemm", m=64.0, n=7168, k=2048, dtype=dt.value)), rel=2e-3

@@ -5,6 +5,8 @@ held out of the residual (fast) or of the whole fit (slow)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +20,7 @@ from moesim.specs import load_hardware, load_model
 from moesim.specs.loader import data_root
 from moesim.workload.ffn import routed_experts
 from moesim.workload.ops import OpWork
+from moesim.workload.shapes import FusedMoeShape, GroupedGemmShape
 
 TABLE = data_root() / "calibration" / "measurements" / "h200" / "trtllm" / "moe_perf.csv.gz"
 # DeepSeek-V3 / R1 layer (HF config.json): hidden 7168, moe_intermediate_size 2048, 256 experts, top-8
@@ -96,10 +99,10 @@ def test_hand_built_fused_call_is_the_table_call(specs, rows):
     hw, model = specs
     prof = load_profile(hw, engine="trtllm")
     cm = CostModel(hw, model, CostMode.CALIBRATED, prof)
-    shape = {
-        "kernel_family": "moe", "tokens": np.array([256.0]), "hidden": 7168.0, "n": 2048.0, "experts": 256.0,
-        "topk": 8.0, "ep": 8.0, "tp": 1.0, "active": np.array([32.0]), "layout": "fused",
-    }  # fmt: skip
+    shape = FusedMoeShape(
+        tokens=np.array([256.0]), hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, ep=8.0, tp=1.0,
+        active=np.array([32.0]),
+    )  # fmt: skip
     op = OpWork("experts", OpKind.GROUPED_GEMM, model.precision.weight_dtype, 4, flops=1.0, bytes_act=2.0,
                 shape=shape, tags=frozenset({Tag.ROUTED}))  # fmt: skip
     c = cm.cost(op)
@@ -123,8 +126,8 @@ def test_split_keeps_parts_and_total(specs):
         assert all(c.provenance.endswith(FM.PROVENANCE_SUFFIX) for c in costs)
         assert Tag.EXPERTS_DOWN in costs[-1].tags and all(c.time_s[0] > 0 for c in costs)
         np.testing.assert_allclose(costs[-1].flops, ops[-1].flops)
-        keyed = [OpWork(**{**o.__dict__, "shape": {**o.shape, "tokens": np.array([64.0, 4096.0]), "ep": 8.0}})
-                 for o in ops]  # fmt: skip
+        keyed = [dataclasses.replace(o, shape=dataclasses.replace(o.shape, tokens=np.array([64.0, 4096.0]), ep=8.0))
+                 if isinstance(o.shape, GroupedGemmShape) else o for o in ops]  # fmt: skip
         np.testing.assert_allclose(sum(c.time_s for c in cm.costs(keyed)), call.time_s, rtol=1e-9)
 
 

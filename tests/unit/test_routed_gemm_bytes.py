@@ -77,8 +77,8 @@ def test_routed_op_is_priced_at_its_kernels_model_time():
     cm = CostModel(hw, model, CostMode.CALIBRATED, prof)
     for op in (o for o in ops if o.name in ("experts_gate_up", "experts_down")):
         c = cm.kernel(op)
-        sh = {**op.shape, "tile_pad": E.routed_tile_padding(op.shape["m"]), "dtype": op.dtype.value}
+        sh = {**op.shape.as_kwargs(), "tile_pad": E.routed_tile_padding(op.shape.m), "dtype": op.dtype.value}
         kernel_s = prof.kernel_time("grouped_gemm", **sh)
         assert float(c.time_s) - prof.launch_for("grouped_gemm") == pytest.approx(float(kernel_s), rel=2e-3)
-        w_bytes = active * float(op.shape["n"]) * float(op.shape["k"]) * model.precision.weight_dtype.bytes
+        w_bytes = active * float(op.shape.n) * float(op.shape.k) * model.precision.weight_dtype.bytes
         assert float(c.memory_s) >= w_bytes / hw.hbm_bw_Bps

@@ -83,7 +83,7 @@ def test_quant_pass_bytes_and_presence():
     op = quant_pass("q", np.array([4.0]), 7168.0, a_bytes=1.0, block=128, stage=3)
     assert float(op.bytes_total[0]) == pytest.approx(4 * 7168 * (2 + 1 + 4 / 128))
     assert float(op.bytes_total[0]) == pytest.approx(4 * 7168 * QUANT_BYTES_PER_ELEM)
-    assert op.shape["kernel_family"] == "quant"
+    assert op.shape.kernel_family == "quant"
     assert float(np.asarray(quant_pass("q", 4.0, 7168.0, a_bytes=2.0, block=0, stage=3).present)) == 0.0
 
 

@@ -13,7 +13,7 @@ from moesim.workload import build
 from moesim.workload.attention import mla_decode_work, mla_prefill_work
 from moesim.workload.comm import a2a_copies, a2a_network_bytes, dispatch_bytes_per_token
 from moesim.workload.kernels import kernel_work
-from moesim.workload.ops import act_elem_bytes, gemm, matmul_work, weight_elem_bytes
+from moesim.workload.ops import Operands, act_elem_bytes, gemm, matmul_work, weight_elem_bytes
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_gemm_flops_and_bytes_fp8_with_block_scales():
     assert w == 2112 * 7168 + 2112 * 7168 / (128 * 128) * 4 == 15_142_512  # + 924 blocks x 4 B
     assert a == 64 * 7168 + 64 * (7168 / 128) * 4 == 473_088  # + 56 tiles per row x 4 B
     assert o == 64 * 2112 * 2 == 270_336
-    op = gemm("g", np.asarray([64.0]), 2112, 7168, w_bytes=1.0, a_bytes=1.0, block=128)
+    op = gemm("g", np.asarray([64.0]), 2112, 7168, Operands(w_bytes=1.0, a_bytes=1.0, block=128))
     assert op.bytes_total[0] == 15_885_936  # = moesim kernel --op gemm (golden kernel_gemm)
 
 
