@@ -146,19 +146,27 @@ def test_writer_frame_extensions(tmp_path):
 
 
 def test_shared_options_reach_the_command():
-    """A block mounted with options.shared appears in the command's signature and arrives as a dict."""
+    """A block mounted with options.shared appears in the command's signature and arrives as one
+    block instance (read by attribute or as a mapping)."""
     import inspect
 
     from moesim.cli import options as O
 
     seen = {}
 
-    @O.shared("cfg", O.config_block)
-    def cmd(cfg: dict, extra: int = 3):
-        seen.update(cfg, extra=extra)
+    @O.shared("cfg", O.ConfigOptions)
+    def cmd(cfg: O.ConfigOptions, extra: int = 3):
+        seen.update(cfg=cfg, extra=extra)
 
     params = inspect.signature(cmd).parameters
     assert {"model", "tp", "set_", "extra"} <= set(params) and "cfg" not in params
+    assert list(params)[: len(O.ConfigOptions._names())] == list(O.ConfigOptions._names())  # block first, in order
     cmd(**{n: p.default for n, p in params.items()})
-    assert seen["model"] == "deepseek-v3" and seen["tp"] == 1 and seen["extra"] == 3
+    cfg = seen["cfg"]
+    assert isinstance(cfg, O.ConfigOptions) and cfg.model == "deepseek-v3" and cfg.tp == 1 and seen["extra"] == 3
+    assert cfg["tp"] == 1 and dict(cfg)["set_"] is None and len(cfg) == len(O.ConfigOptions._names())
+    with pytest.raises(KeyError):
+        cfg["nope"]
+    p = O.ConfigOptions(cost_mode="roofline", engine="vllm").pricing(cuda_graphs=False)
+    assert (p.cost_mode.value, p.engine.value, p.cuda_graphs) == ("roofline", "vllm", False)
     assert O.estimate_kwargs({"set_": ["a=1"], "tp": 2}) == {"set": ["a=1"], "tp": 2}
