@@ -61,9 +61,9 @@ class DisaggOptions(O.OptionBlock):
     total_gpus: O.TotalGpus = None
     gpus_per_node: O.GpusPerNode = None
     chunk_tokens: O.ChunkTokens = None
-    no_aggregated: Annotated[bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")] = (
-        False
-    )
+    no_aggregated: Annotated[
+        bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")
+    ] = False  # fmt: skip
     verify: O.Verify = True
     json_out: O.Json = False
     out: O.Out = None

@@ -122,9 +122,9 @@ class EplbOptions(O.OptionBlock):
         int | None,
         typer.Option("--groups", help="expert groups (default 1); hierarchical policy when nodes divide groups"),
     ] = None
-    zipf: Annotated[float | None, typer.Option("--zipf", help="Zipf exponent s of expert popularity (default 1.0)")] = (
-        None
-    )
+    zipf: Annotated[
+        float | None, typer.Option("--zipf", help="Zipf exponent s of expert popularity (default 1.0)")
+    ] = None  # fmt: skip
     load: Annotated[
         Path | None, typer.Option("--load", help="CSV of expert loads: rows = layers, columns = experts")
     ] = None

@@ -43,9 +43,9 @@ class KernelOptions(O.OptionBlock):
     ep: Annotated[float | None, typer.Option("--ep")] = None
     tokens: Annotated[float | None, typer.Option("--tokens")] = None
     mode: Annotated[str, typer.Option("--mode")] = "deepep-ll"
-    gpus: Annotated[float | None, typer.Option("--gpus", help="all_reduce | all_gather: ranks in the group (GPUs)")] = (
-        None
-    )
+    gpus: Annotated[
+        float | None, typer.Option("--gpus", help="all_reduce | all_gather: ranks in the group (GPUs)")
+    ] = None  # fmt: skip
     nbytes: Annotated[
         float | None,
         typer.Option("--bytes", help="all_reduce | all_gather: message size in bytes (each rank's buffer, e.g. 1e6)"),

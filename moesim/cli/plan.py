@@ -176,9 +176,9 @@ class PlanOptions(TrafficOptions):
     engine: O.Engine = "sglang"
     expert_skew: O.ExpertSkew = "auto"
     json_out: O.Json = False
-    out: Annotated[Path | None, typer.Option("--out", help="write the plan: .json (all) or .csv/.parquet (hourly)")] = (
-        None
-    )
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write the plan: .json (all) or .csv/.parquet (hourly)")
+    ] = None  # fmt: skip
     plot: Annotated[Path | None, typer.Option("--plot", help="PNG/SVG/PDF of hourly nodes and cost")] = None
     verify: O.Verify = True
 

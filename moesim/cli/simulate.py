@@ -73,9 +73,9 @@ class SimulateOptions(O.OptionBlock):
         float | None,
         _opt("--range-ratio", "random lengths as --tool draws them (sglang: [r x len, len]; vllm: len x [1-r, 1+r])"),
     ] = None
-    tool: Annotated[str, _opt("--tool", "length / arrival rules of: sglang | vllm | vllm-legacy | genai-perf")] = (
-        "sglang"
-    )
+    tool: Annotated[
+        str, _opt("--tool", "length / arrival rules of: sglang | vllm | vllm-legacy | genai-perf")
+    ] = "sglang"  # fmt: skip
     burstiness: Annotated[
         float, _opt("--burstiness", "open loop: gamma shape of the inter-arrival times (1 = Poisson)")
     ] = 1.0

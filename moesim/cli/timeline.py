@@ -47,9 +47,9 @@ class TimelineOptions(O.OptionBlock):
     mtp: O.Mtp = 0
     acceptance: O.Acceptance = 0.8
     redundant_experts: O.Redundant = 0
-    overlap: Annotated[str | None, typer.Option("--overlap", help="serial | shared | sbo | two-batch | five-stage")] = (
-        None
-    )
+    overlap: Annotated[
+        str | None, typer.Option("--overlap", help="serial | shared | sbo | two-batch | five-stage")
+    ] = None  # fmt: skip
     cost_mode: O.CostMode = "calibrated"
     engine: O.Engine = "sglang"
     comm: O.Comm = None

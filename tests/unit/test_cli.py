@@ -170,3 +170,33 @@ def test_shared_options_reach_the_command():
     p = O.ConfigOptions(cost_mode="roofline", engine="vllm").pricing(cuda_graphs=False)
     assert (p.cost_mode.value, p.engine.value, p.cuda_graphs) == ("roofline", "vllm", False)
     assert O.estimate_kwargs({"set_": ["a=1"], "tp": 2}) == {"set": ["a=1"], "tp": 2}
+
+
+def test_option_blocks_are_data():
+    """Every command's option block is a frozen dataclass: a misspelt option is a TypeError, a field
+    without a default is a required option, and the plain entry points take the block's keywords."""
+    import dataclasses
+    import inspect
+
+    from moesim.cli import options as O
+    from moesim.cli.disagg import DisaggOptions, disagg_cmd
+    from moesim.cli.eplb import eplb_command
+
+    with pytest.raises(TypeError):
+        O.GridOptions(tpp="1,2")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        O.GridOptions().tp = "1"  # type: ignore[misc]
+    params = inspect.signature(disagg_cmd).parameters
+    assert list(params) == list(DisaggOptions._names())
+    assert {n for n, p in params.items() if p.default is inspect.Parameter.empty} == {
+        "isl",
+        "osl",
+        "max_ttft",
+        "max_tpot",
+    }
+    with pytest.raises(TypeError):
+        eplb_command(echo=lambda s: None, expert=16)
+    from moesim.cli.calibrate import run_kernel
+
+    with pytest.raises(TypeError):
+        run_kernel("gemm", device="cpu", threadz=1)  # the timing keywords are RunTiming's fields
