@@ -56,9 +56,9 @@ def _root(
 
 
 @app.command()
-@O.shared("cfg", O.config_block)
+@O.shared("cfg", O.ConfigOptions)
 def estimate(
-    cfg: dict,
+    cfg: O.ConfigOptions,
     cuda_graphs: Annotated[
         bool,
         typer.Option(
@@ -122,6 +122,7 @@ def _mount():
     from moesim.cli import (
         budget,
         calibrate,
+        disagg,
         eplb,
         kernel,
         model_import,
@@ -135,7 +136,7 @@ def _mount():
 
     app.add_typer(calibrate.app, name="calibrate", help="Run kernels, fit and show calibration profiles.")
     app.add_typer(model_import.app, name="model", help="Model spec tools (import a HF config.json).")
-    for mod in (kernel, sweep, budget, plan, eplb, validate, timeline, roofline, simulate):
+    for mod in (kernel, sweep, disagg, budget, plan, eplb, validate, timeline, roofline, simulate):
         mod.register(app)
 
 

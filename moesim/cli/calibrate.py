@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -45,20 +46,29 @@ RUNNERS = {
 }
 
 
+@dataclass(frozen=True)
+class RunTiming:
+    """How `run_kernel` times a kernel: explicit shapes (None: the preset's), a progress bar, warm-up
+    and repeat counts (None: the runner's), torch intra-op threads for a CPU run (None: torch's)."""
+
+    shapes: object = None
+    progress: bool = True
+    warmup: int | None = None
+    repeats: int | None = None
+    threads: int | None = None
+
+
 def run_kernel(
     kernel: str,
     backend: str | None = None,
     device: str | None = None,
     quick: bool = False,
     out: Path | None = None,
-    shapes=None,
-    progress: bool = True,
-    warmup=None,
-    repeats=None,
-    threads: int | None = None,
+    *,
     echo=print,
     strict: bool = False,
     preset: str | None = None,
+    **timing,
 ):
     """Python entry point of `calibrate run`: returns the RunResult, or None when skipped.
 
@@ -66,10 +76,12 @@ def run_kernel(
     CalibrationError (the CLI exits non-zero); without it a missing library runs the torch
     fallback (rows carry backend torch). preset: default | quick | engine (the shapes SGLang runs).
 
-    threads: CPU only, torch intra-op threads for the run (recorded in the `sms` column). One thread
-    is the robust choice on a shared box: multi-threaded BLAS stalls whenever one thread is
-    descheduled.
+    timing: the fields of `RunTiming` (shapes, progress, warmup, repeats, threads; a misspelt one is
+    a TypeError). threads: CPU only, torch intra-op threads for the run (recorded in the `sms`
+    column). One thread is the robust choice on a shared box: multi-threaded BLAS stalls whenever
+    one thread is descheduled.
     """
+    t = RunTiming(**timing)
     if kernel not in B.KERNELS:
         raise CalibrationError(f"kernel {kernel!r} is not one of {{{', '.join(B.KERNELS)}}}")
     if preset not in (None, *SHAPE_PRESETS):
@@ -83,10 +95,10 @@ def run_kernel(
         echo(str(e))
         return None
     spec = importlib.import_module(RUNNERS[kernel]).SPEC
-    if threads and dev == "cpu":
+    if t.threads and dev == "cpu":
         import torch  # lazy: torch only for a CPU run (start-up time of every other command)
 
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(int(t.threads))
     machine = B.machine_info(dev, b)
     if out is None:
         out = write_root() / "calibration" / "measurements" / B.gpu_slug(machine["gpu"]) / f"{kernel}.csv"
@@ -96,12 +108,12 @@ def run_kernel(
         dev,
         Path(out),
         quick=quick,
-        shapes=shapes,
+        shapes=t.shapes,
         preset=preset,
         machine=machine,
-        progress=progress,
-        warmup=warmup,
-        repeats=repeats,
+        progress=t.progress,
+        warmup=t.warmup,
+        repeats=t.repeats,
     )
     echo(
         f"{kernel}: {res.written} rows written, {res.skipped_existing} already in {out} ({b} on {dev}, "

@@ -8,17 +8,20 @@ JSON object); ``app`` is a typer app with one command ``eplb`` for the main CLI 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import typer
 
 from moesim.balance.eplb import check_layout, load_from_csv, rebalance_experts, zipf_load
+from moesim.cli import options as O
 from moesim.errors import ConfigError, MoesimError
 from moesim.report.eplb import print_eplb
 from moesim.report.writer import json_text
 
-__all__ = ["eplb_command", "app", "eplb", "register"]
+__all__ = ["EplbOptions", "eplb_command", "app", "eplb", "register"]
 
 DEFAULT_ZIPF = 1.0
 DEFAULT_EXPERTS = 256  # DeepSeek-V3 routed experts
@@ -105,27 +108,63 @@ def _result(res, experts, slots, gpus, nodes, groups, source) -> dict:
     }
 
 
-def eplb_command(
-    experts: int | None = None,
-    slots: int = 288,
-    gpus: int = 144,
-    nodes: int | None = None,
-    groups: int | None = None,
-    zipf: float | None = None,
-    load: Path | None = None,
-    layers: int | None = None,
-    seed: int = 0,
-    json_out: bool = False,
-    echo=print,
-) -> dict:
+@dataclass(frozen=True)
+class EplbOptions(O.OptionBlock):
+    """The options of `moesim eplb` (the keywords of `eplb_command`)."""
+
+    experts: Annotated[
+        int | None, typer.Option("--experts", help="logical experts (default 256, or the CSV's columns)")
+    ] = None
+    slots: Annotated[int, typer.Option("--slots", help="physical expert slots = experts + redundant")] = 288
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs (EP ranks); slots must be a multiple")] = 144
+    nodes: Annotated[int | None, typer.Option("--nodes", help="nodes (default 1)")] = None
+    groups: Annotated[
+        int | None,
+        typer.Option("--groups", help="expert groups (default 1); hierarchical policy when nodes divide groups"),
+    ] = None
+    zipf: Annotated[
+        float | None, typer.Option("--zipf", help="Zipf exponent s of expert popularity (default 1.0)")
+    ] = None  # fmt: skip
+    load: Annotated[
+        Path | None, typer.Option("--load", help="CSV of expert loads: rows = layers, columns = experts")
+    ] = None
+    layers: Annotated[int | None, typer.Option("--layers", help="MoE layers for --zipf (default 58)")] = None
+    seed: Annotated[int, typer.Option("--seed", help="seed of the per-layer Zipf permutation")] = 0
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False
+
+
+def eplb_command(echo=print, **options) -> dict:
     """Run EPLB and print the placement summary (or one JSON object with ``json_out``).
 
-    experts: logical experts (default 256, or the CSV's column count with ``load``);
-    slots: physical expert slots (experts + redundant); gpus: EP ranks; nodes / groups:
-    hierarchical policy when groups % nodes == 0 (default 1 / 1: global); zipf / load:
-    exactly one load source (default zipf 1.0, noted on stderr); layers: MoE layers for
-    zipf (default 58; with ``load`` the CSV's rows). Raises MoesimError on bad input.
+    options: the fields of `EplbOptions` (a misspelt one is a TypeError). experts: logical experts
+    (default 256, or the CSV's column count with ``load``); slots: physical expert slots (experts
+    + redundant); gpus: EP ranks; nodes / groups: hierarchical policy when groups % nodes == 0
+    (default 1 / 1: global); zipf / load: exactly one load source (default zipf 1.0, noted on
+    stderr); layers: MoE layers for zipf (default 58; with ``load`` the CSV's rows); seed: the
+    per-layer Zipf permutation. Raises MoesimError on bad input.
     """
+    o = EplbOptions(**options)
+    zipf = _check_zipf(o.zipf, o.load)
+    nodes = 1 if o.nodes is None else _check_int("nodes", o.nodes, 1)
+    groups = 1 if o.groups is None else _check_int("groups", o.groups, 1)
+    gpus = _check_int("gpus", o.gpus, 1)
+    slots = _check_int("slots", o.slots, 1)
+    seed = _check_int("seed", o.seed, 0)
+    weight, experts, source, note = _load_weight(o.experts, slots, zipf, o.load, o.layers, seed)
+    check_layout(experts, slots, gpus, nodes, groups, FLAG_NAMES)
+    res = rebalance_experts(weight, slots, groups, nodes, gpus)
+    out = _result(res, experts, slots, gpus, nodes, groups, source)
+    if note:
+        print(note, file=sys.stderr)
+    if o.json_out:
+        echo(json_text(out, indent=None))
+    else:
+        print_eplb(out, res, weight, echo)
+    return out
+
+
+def _check_zipf(zipf, load):
+    """--zipf as a number (None: not given); with --load too: an error (one load source)."""
     if zipf is not None and load is not None:
         raise ConfigError("--zipf/--load: give exactly one load source, not both")
     if zipf is not None:
@@ -133,22 +172,7 @@ def eplb_command(
             zipf = float(zipf)
         except (TypeError, ValueError):
             raise ConfigError(f"--zipf: {zipf!r} must be a number >= 0") from None
-    nodes = 1 if nodes is None else _check_int("nodes", nodes, 1)
-    groups = 1 if groups is None else _check_int("groups", groups, 1)
-    gpus = _check_int("gpus", gpus, 1)
-    slots = _check_int("slots", slots, 1)
-    seed = _check_int("seed", seed, 0)
-    weight, experts, source, note = _load_weight(experts, slots, zipf, load, layers, seed)
-    check_layout(experts, slots, gpus, nodes, groups, FLAG_NAMES)
-    res = rebalance_experts(weight, slots, groups, nodes, gpus)
-    out = _result(res, experts, slots, gpus, nodes, groups, source)
-    if note:
-        print(note, file=sys.stderr)
-    if json_out:
-        echo(json_text(out, indent=None))
-    else:
-        print_eplb(out, res, weight, echo)
-    return out
+    return zipf
 
 
 app = typer.Typer(help="Expert-parallel load balancing (EPLB).", no_args_is_help=True, add_completion=False)
@@ -160,23 +184,11 @@ def _main() -> None:
 
 
 @app.command("eplb")
-def eplb(
-    experts: int | None = typer.Option(None, "--experts", help="logical experts (default 256, or the CSV's columns)"),
-    slots: int = typer.Option(288, "--slots", help="physical expert slots = experts + redundant"),
-    gpus: int = typer.Option(144, "--gpus", help="GPUs (EP ranks); slots must be a multiple"),
-    nodes: int | None = typer.Option(None, "--nodes", help="nodes (default 1)"),
-    groups: int | None = typer.Option(
-        None, "--groups", help="expert groups (default 1); hierarchical policy when nodes divide groups"
-    ),
-    zipf: float | None = typer.Option(None, "--zipf", help="Zipf exponent s of expert popularity (default 1.0)"),
-    load: Path | None = typer.Option(None, "--load", help="CSV of expert loads: rows = layers, columns = experts"),
-    layers: int | None = typer.Option(None, "--layers", help="MoE layers for --zipf (default 58)"),
-    seed: int = typer.Option(0, "--seed", help="seed of the per-layer Zipf permutation"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
-) -> None:
+@O.shared("o", EplbOptions)
+def eplb(o: EplbOptions) -> None:
     """Place experts with EPLB; print per-GPU experts and imbalance before/after."""
     try:
-        eplb_command(experts, slots, gpus, nodes, groups, zipf, load, layers, seed, json_out, echo=typer.echo)
+        eplb_command(echo=typer.echo, **o)
     except MoesimError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=2) from None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
 import typer
 
 from moesim.cli import options as O
 from moesim.engine.settings import Pricing
+from moesim.errors import ConfigError
 from moesim.workload.kernels import OPS, kernel_work
 
 LIBRARY_HELP = (
@@ -16,78 +20,104 @@ LIBRARY_HELP = (
 )
 
 # kernel_work moved to moesim.workload.kernels; re-exported for callers of the old name
-__all__ = ["OPS", "kernel_work", "register"]
+__all__ = ["OPS", "KernelOptions", "kernel", "kernel_work", "register"]
+
+
+@dataclass(frozen=True)
+class KernelOptions(O.OptionBlock):
+    """The options of `moesim kernel`: the op, the specs and pricing, the kernel's shape flags."""
+
+    op: Annotated[str, typer.Option("--op", help=" | ".join(OPS))]
+    model: Annotated[str, typer.Option("--model", "-m")] = "deepseek-v3"
+    hardware: Annotated[str, typer.Option("--hardware", "-g")] = "h800"
+    cost_mode: Annotated[str, typer.Option("--cost-mode")] = "calibrated"
+    engine: O.Engine = "sglang"
+    m: Annotated[float | None, typer.Option("--m")] = None
+    n: Annotated[float | None, typer.Option("--n")] = None
+    k: Annotated[float | None, typer.Option("--k")] = None
+    groups: Annotated[float, typer.Option("--groups")] = 1
+    layout: Annotated[str, typer.Option("--layout")] = "masked"
+    batch: Annotated[float | None, typer.Option("--batch")] = None
+    q_len: Annotated[float, typer.Option("--q-len")] = 1
+    context: Annotated[float | None, typer.Option("--context")] = None
+    heads: Annotated[float | None, typer.Option("--heads")] = None
+    ep: Annotated[float | None, typer.Option("--ep")] = None
+    tokens: Annotated[float | None, typer.Option("--tokens")] = None
+    mode: Annotated[str, typer.Option("--mode")] = "deepep-ll"
+    gpus: Annotated[
+        float | None, typer.Option("--gpus", help="all_reduce | all_gather: ranks in the group (GPUs)")
+    ] = None  # fmt: skip
+    nbytes: Annotated[
+        float | None,
+        typer.Option("--bytes", help="all_reduce | all_gather: message size in bytes (each rank's buffer, e.g. 1e6)"),
+    ] = None
+    library: Annotated[str | None, typer.Option("--library", help=LIBRARY_HELP)] = None
+    set_: Annotated[list[str] | None, typer.Option("--set")] = None
+    json_out: Annotated[bool, typer.Option("--json")] = False
+
+    def shape(self) -> dict:
+        """The shape flags as `kernel_work` keywords."""
+        return {name: self[name] for name in SHAPE_FLAGS}
+
+
+SHAPE_FLAGS = ("m", "n", "k", "groups", "layout", "batch", "q_len", "context", "heads", "ep", "tokens", "mode", "gpus",
+               "nbytes")  # fmt: skip
+
+
+@O.shared("opts", KernelOptions)
+def kernel(opts: KernelOptions):
+    """Predict one kernel: time_s, flops, bytes, bound, efficiency, provenance. A collective also names the
+    library and algorithm that priced it (--library) and the message size where the engine switches to NCCL."""
+    from moesim.report.writer import json_text  # lazy: strict JSON only for --json
+
+    res = _predict(opts)
+    if opts.json_out:
+        typer.echo(json_text(res))
+        return
+    for line in _text_lines(res, opts.op):
+        typer.echo(line)
+
+
+def _predict(o: KernelOptions) -> dict:
+    """The kernel's prediction: op, hardware, cost mode, the profile's fields, the priced fields, notes."""
+    # lazy: start-up time (`moesim --help` imports every command module)
+    from moesim.engine.pricing import load_profile_for, profile_info, resolve_specs
+
+    # lazy: start-up time (`moesim --help` imports every command module)
+    from moesim.enums import CostMode
+    from moesim.perf.kernel import COLLECTIVE_OPS
+
+    op, engine, library = o.op, o.engine, o.library
+    mdl, hw = resolve_specs(o.model, o.hardware, o.set_)
+    cm_mode = CostMode.parse(o.cost_mode, "cost_mode")
+    prof, notes = load_profile_for(hw, Pricing.of(cost_mode=cm_mode, engine=engine))
+    if library is not None and op not in COLLECTIVE_OPS:
+        raise ConfigError(f"--library: only for --op {' | '.join(COLLECTIVE_OPS)} (got --op {op})")
+    w = kernel_work(mdl, hw, op, **o.shape())
+    res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
+    got = _price(w, mdl, hw, cm_mode, prof, library or "auto", engine)
+    notes = notes + got.pop("library_notes", [])
+    return res | got | {"notes": notes}
+
+
+def _text_lines(res: dict, op: str) -> list[str]:
+    """The plain-text report: one summary line, a collective's library lines, the notes."""
+    # lazy: start-up time (`moesim --help` imports every command module)
+    from moesim import units as U
+    from moesim.perf.kernel import COLLECTIVE_OPS
+
+    lines = [
+        f"{op} on {res['hardware']} ({res['cost_mode']}, {res['engine']}): {U.fmt_time(res['time_s'])}  "
+        f"bound {res['bound']}  efficiency vs roofline {res['efficiency'] * 100:.0f}%  [{res['provenance']}]  "
+        f"{res['flops'] / 1e9:.2f} GFLOP  {U.fmt_bytes(res['bytes'])}"
+    ]
+    if op in COLLECTIVE_OPS:
+        lines += _library_lines(res)
+    return lines + [f"note: {x}" for x in res["notes"] + ([res["note"]] if res.get("note") else [])]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def kernel(
-        op: str = typer.Option(..., "--op", help=" | ".join(OPS)),
-        model: str = typer.Option("deepseek-v3", "--model", "-m"),
-        hardware: str = typer.Option("h800", "--hardware", "-g"),
-        cost_mode: str = typer.Option("calibrated", "--cost-mode"),
-        engine: O.Engine = "sglang",
-        m: float | None = typer.Option(None, "--m"),
-        n: float | None = typer.Option(None, "--n"),
-        k: float | None = typer.Option(None, "--k"),
-        groups: float = typer.Option(1, "--groups"),
-        layout: str = typer.Option("masked", "--layout"),
-        batch: float | None = typer.Option(None, "--batch"),
-        q_len: float = typer.Option(1, "--q-len"),
-        context: float | None = typer.Option(None, "--context"),
-        heads: float | None = typer.Option(None, "--heads"),
-        ep: float | None = typer.Option(None, "--ep"),
-        tokens: float | None = typer.Option(None, "--tokens"),
-        mode: str = typer.Option("deepep-ll", "--mode"),
-        gpus: float | None = typer.Option(None, "--gpus", help="all_reduce | all_gather: ranks in the group (GPUs)"),
-        nbytes: float | None = typer.Option(
-            None, "--bytes", help="all_reduce | all_gather: message size in bytes (each rank's buffer, e.g. 1e6)"
-        ),
-        library: str | None = typer.Option(None, "--library", help=LIBRARY_HELP),
-        set_: list[str] | None = typer.Option(None, "--set"),
-        json_out: bool = typer.Option(False, "--json"),
-    ):
-        """Predict one kernel: time_s, flops, bytes, bound, efficiency, provenance. A collective also names the
-        library and algorithm that priced it (--library) and the message size where the engine switches to NCCL."""
-        # lazy: start-up time (`moesim --help` imports every command module)
-        from moesim import units as U
-
-        # lazy: start-up time (`moesim --help` imports every command module)
-        from moesim.engine.pricing import load_profile_for, profile_info, resolve_specs
-
-        # lazy: start-up time (`moesim --help` imports every command module)
-        from moesim.enums import CostMode
-
-        # lazy: start-up time (`moesim --help` imports every command module)
-        from moesim.errors import ConfigError
-        from moesim.perf.kernel import COLLECTIVE_OPS
-        from moesim.report.writer import json_text  # lazy: strict JSON only for --json
-
-        mdl, hw = resolve_specs(model, hardware, set_)
-        cm_mode = CostMode.parse(cost_mode, "cost_mode")
-        prof, notes = load_profile_for(hw, Pricing.of(cost_mode=cm_mode, engine=engine))
-        shape = dict(m=m, n=n, k=k, groups=groups, layout=layout, batch=batch, q_len=q_len, context=context)
-        shape |= dict(heads=heads, ep=ep, tokens=tokens, mode=mode, gpus=gpus, nbytes=nbytes)
-        if library is not None and op not in COLLECTIVE_OPS:
-            raise ConfigError(f"--library: only for --op {' | '.join(COLLECTIVE_OPS)} (got --op {op})")
-        w = kernel_work(mdl, hw, op, **shape)
-        res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
-        got = _price(w, mdl, hw, cm_mode, prof, library or "auto", engine)
-        notes = notes + got.pop("library_notes", [])
-        res |= got | {"notes": notes}
-        if json_out:
-            typer.echo(json_text(res))
-            return
-        typer.echo(
-            f"{op} on {hw.name} ({cm_mode.value}, {res['engine']}): {U.fmt_time(res['time_s'])}  bound {res['bound']}  "
-            f"efficiency vs roofline {res['efficiency'] * 100:.0f}%  [{res['provenance']}]  "
-            f"{res['flops'] / 1e9:.2f} GFLOP  {U.fmt_bytes(res['bytes'])}"
-        )
-        if op in COLLECTIVE_OPS:
-            for line in _library_lines(res):
-                typer.echo(line)
-        for x in notes + ([res["note"]] if res.get("note") else []):
-            typer.echo(f"note: {x}")
+    app.command()(kernel)
 
 
 def _price(w, mdl, hw, cm_mode, prof, library: str, engine: str) -> dict:

@@ -1,20 +1,22 @@
 """Every shared command-line option, defined once.
 
-Each option is a typer ``Annotated`` alias (flag names and help); a command declares
+Each option is a typer ``Annotated`` alias (flag names and help); a block declares
 ``model: O.Model = "deepseek-v3"`` and keeps its own default there. Two spellings exist where the
 value's type differs: the scalar of one configuration (``--tp 8``: `estimate`, `roofline`,
 `timeline`) and the axis of a grid (``--tp 1,2,4``: `sweep`, `pareto`, `disagg`); their help comes
-from the one ``HELP`` table. Option blocks that several commands share in full are template
-functions (``config_block``, ``grid_block``) mounted with ``shared``: typer needs every option in
-the command's signature, so ``shared`` writes the block into it and hands the values to the
-command as one dict."""
+from the one ``HELP`` table. Option blocks are data: frozen dataclasses (`OptionBlock`) whose fields
+carry the option types and defaults (``ConfigOptions``, ``GridOptions`` here; a command's own
+block in its module). typer needs every option in the command's signature, so ``shared`` writes a
+block's fields into it and hands the values to the command as one block instance."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -155,71 +157,101 @@ Verify = Annotated[
 ]
 
 
-# ---------------------------------------------------------------- shared blocks
-def config_block(
-    model: Model = "deepseek-v3",
-    hardware: Hardware = "h800",
-    phase: Phase = "decode",
-    tp: Tp = 1,
-    dp: Dp = None,
-    ep: Ep = None,
-    moe_tp: MoeTp = 1,
-    batch: Batch = None,
-    context: Context = None,
-    mtp: Mtp = 0,
-    acceptance: Acceptance = 0.8,
-    redundant_experts: Redundant = 0,
-    overlap: Overlap = None,
-    cost_mode: CostMode = "calibrated",
-    engine: Engine = "sglang",
-    comm: Comm = None,
-    comm_sms: CommSms = None,
-    expert_skew: ExpertSkew = "auto",
-    context_dist: ContextDist = "fixed",
-    set_: Set = None,
-    isl: Isl = None,
-    osl: Osl = None,
-    chunk_tokens: ChunkTokens = None,
-    request_rate: RequestRate = None,
-):
+# ---------------------------------------------------------------- option blocks
+class OptionBlock(Mapping):
+    """Base of an option block: a frozen dataclass whose fields are command-line options (the
+    annotation: the value's type with its typer flags and help; the default: the option's). Read
+    by attribute (``cfg.tp``); the lines that hand a block's values to a library call read it as
+    a mapping of field name -> value (``cfg["tp"]``, ``dict(cfg)``, ``**cfg``)."""
+
+    def __getitem__(self, name: str):
+        if name not in self._names():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def pricing(self, **extra) -> Pricing:
+        """The block's pricing options (its fields named as `Pricing`'s: cost_mode, engine,
+        comm, ...) and `extra` ones (e.g. cuda_graphs) as one `Pricing`; unset: the defaults."""
+        given, _ = split_pricing({**self, **extra})
+        return Pricing.of(**given)
+
+
+@dataclass(frozen=True)
+class ConfigOptions(OptionBlock):
     """One deployment configuration (`estimate`, `roofline`)."""
 
+    model: Model = "deepseek-v3"
+    hardware: Hardware = "h800"
+    phase: Phase = "decode"
+    tp: Tp = 1
+    dp: Dp = None
+    ep: Ep = None
+    moe_tp: MoeTp = 1
+    batch: Batch = None
+    context: Context = None
+    mtp: Mtp = 0
+    acceptance: Acceptance = 0.8
+    redundant_experts: Redundant = 0
+    overlap: Overlap = None
+    cost_mode: CostMode = "calibrated"
+    engine: Engine = "sglang"
+    comm: Comm = None
+    comm_sms: CommSms = None
+    expert_skew: ExpertSkew = "auto"
+    context_dist: ContextDist = "fixed"
+    set_: Set = None
+    isl: Isl = None
+    osl: Osl = None
+    chunk_tokens: ChunkTokens = None
+    request_rate: RequestRate = None
 
-def grid_block(
-    model: Model = None,
-    hardware: Hardwares = None,
-    set_: Set = None,
-    phase: PhaseAxis = None,
-    tp: TpAxis = None,
-    dp: DpAxis = None,
-    ep: EpAxis = None,
-    moe_tp: MoeTpAxis = None,
-    batch: BatchAxis = None,
-    context: ContextAxis = None,
-    mtp: MtpAxis = None,
-    acceptance: AcceptanceAxis = None,
-    redundant: RedundantAxis = None,
-    overlap: OverlapAxis = None,
-    comm: CommAxis = None,
-    cost_mode: CostMode = None,
-    engine: Engine = "sglang",
-    expert_skew: ExpertSkew = None,
-    context_dist: ContextDist = None,
-    isl: Isl = None,
-    osl: Osl = None,
-    chunk_tokens: ChunkTokens = None,
-    request_rate: RequestRate = None,
+
+@dataclass(frozen=True)
+class GridOptions(OptionBlock):
+    """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
+
+    model: Model = None
+    hardware: Hardwares = None
+    set_: Set = None
+    phase: PhaseAxis = None
+    tp: TpAxis = None
+    dp: DpAxis = None
+    ep: EpAxis = None
+    moe_tp: MoeTpAxis = None
+    batch: BatchAxis = None
+    context: ContextAxis = None
+    mtp: MtpAxis = None
+    acceptance: AcceptanceAxis = None
+    redundant: RedundantAxis = None
+    overlap: OverlapAxis = None
+    comm: CommAxis = None
+    cost_mode: CostMode = None
+    engine: Engine = "sglang"
+    expert_skew: ExpertSkew = None
+    context_dist: ContextDist = None
+    isl: Isl = None
+    osl: Osl = None
+    chunk_tokens: ChunkTokens = None
+    request_rate: RequestRate = None
     study: Annotated[
         Path | None,
         typer.Option("--study", help="study YAML (axes:, model, hardware, phase, filters:); flags override"),
-    ] = None,
-    min_tokens_per_s_per_user: MinTpu = None,
-    max_tpot: MaxTpot = None,
-    max_ttft: MaxTtft = None,
-    total_gpus: TotalGpus = None,
-    gpus_per_node: GpusPerNode = None,
-):
-    """A grid of configurations with its filters (`sweep`, `pareto`); unset: the sweep's defaults."""
+    ] = None
+    min_tokens_per_s_per_user: MinTpu = None
+    max_tpot: MaxTpot = None
+    max_ttft: MaxTtft = None
+    total_gpus: TotalGpus = None
+    gpus_per_node: GpusPerNode = None
 
 
 def pricing_of(values, **extra) -> Pricing:
@@ -241,13 +273,25 @@ def estimate_kwargs(cfg, **extra) -> dict:
     return {**{("set" if k == "set_" else k): v for k, v in rest.items()}, "pricing": pricing_of(cfg, **extra)}
 
 
-def shared(name: str, block: Callable) -> Callable:
-    """Decorator: add ``block``'s options to a command; the command receives them as the dict
-    argument ``name`` (its own options stay as they are)."""
-    block_params = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for p in inspect.signature(block, eval_str=True).parameters.values()
+def block_parameters(block: type[OptionBlock]) -> list[inspect.Parameter]:
+    """An option block's fields as keyword-only parameters (annotations resolved; a field without
+    a default is a required option)."""
+    hints = typing.get_type_hints(block, include_extras=True)
+    return [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=hints[f.name],
+        )
+        for f in dataclasses.fields(block)
     ]
+
+
+def shared(name: str, block: type[OptionBlock]) -> Callable:
+    """Decorator: add ``block``'s fields to a command as its first options; the command receives
+    their values as one ``block`` instance, the argument ``name`` (its own options stay as they are)."""
+    block_params = block_parameters(block)
     names = [p.name for p in block_params]
 
     def mount(fn: Callable) -> Callable:
@@ -256,8 +300,8 @@ def shared(name: str, block: Callable) -> Callable:
 
         @functools.wraps(fn)
         def command(**kw):
-            bundle = {n: kw.pop(n) for n in names}
-            return fn(**kw, **{name: bundle})
+            values = block(**{n: kw.pop(n) for n in names})
+            return fn(**kw, **{name: values})
 
         params = block_params + own
         command.__signature__ = sig.replace(parameters=params)

@@ -3,6 +3,7 @@ traffic here; the plan: `moesim.analyses.plan`; the report: `moesim.report.plan`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -38,9 +39,9 @@ def _length_flags(data: dict, over: dict, prompt_length, prompt_dist, output_len
             data.pop(key, None)
 
 
-def traffic_from_flags(traffic_file: Path | None, flags: dict):
-    """Traffic from an optional YAML file overlaid with flags (flags win); flags: the values of
-    `traffic_block`."""
+def traffic_from_flags(traffic_file: Path | None, flags: TrafficOptions):
+    """Traffic from an optional YAML file overlaid with flags (flags win); flags: a `TrafficOptions`
+    block."""
     f = flags
     data = read_traffic_yaml(traffic_file) if traffic_file else {}
     suffix = "_per_s" if f["per_second"] else ""
@@ -81,77 +82,72 @@ def traffic_from_flags(traffic_file: Path | None, flags: dict):
     return traffic_from_dict(data, file=traffic_file.name if traffic_file else None)
 
 
-def traffic_block(
+@dataclass(frozen=True)
+class TrafficOptions(O.OptionBlock):
+    """The traffic and deployment flags of `moesim plan` (each overrides the traffic YAML)."""
+
     input_tokens: Annotated[
         float | None, typer.Option("--input-tokens", help="input tokens over the window (hits included)")
-    ] = None,
+    ] = None
     cache_hit_tokens: Annotated[
         float | None, typer.Option("--cache-hit-tokens", help="input tokens that hit the KV cache")
-    ] = None,
-    output_tokens: Annotated[
-        float | None, typer.Option("--output-tokens", help="output tokens over the window")
-    ] = None,
-    per_second: Annotated[
-        bool, typer.Option("--per-second", help="the three token flags are average tokens/s")
-    ] = False,
-    hours: Annotated[int | None, typer.Option("--hours", help="window length in hours (default 24)")] = None,
+    ] = None
+    output_tokens: Annotated[float | None, typer.Option("--output-tokens", help="output tokens over the window")] = None
+    per_second: Annotated[bool, typer.Option("--per-second", help="the three token flags are average tokens/s")] = False
+    hours: Annotated[int | None, typer.Option("--hours", help="window length in hours (default 24)")] = None
     diurnal: Annotated[
         str | None, typer.Option("--diurnal", help="24 comma-separated hourly weights (default flat)")
-    ] = None,
+    ] = None
     context: Annotated[
         float | None, typer.Option("--context", help="mean KV length per output token (default 4989)")
-    ] = None,
+    ] = None
     prompt_length: Annotated[
         float | None, typer.Option("--prompt-length", help="mean prompt tokens per request (default = context)")
-    ] = None,
+    ] = None
     prompt_dist: Annotated[
         str | None, typer.Option("--prompt-dist", help="prompt length shape: fixed (default) | exp | lognormal:<cv>")
-    ] = None,
+    ] = None
     output_length: Annotated[
         float | None,
         typer.Option(
             "--output-length", help="mean output tokens per request (with a prompt length: sets the decode context)"
         ),
-    ] = None,
+    ] = None
     output_dist: Annotated[
         str | None, typer.Option("--output-dist", help="output length shape: fixed (default) | exp | lognormal:<cv>")
-    ] = None,
+    ] = None
     min_tokens_per_s_per_user: Annotated[
         float | None, typer.Option("--min-tokens-per-s-per-user", help="decode SLO (default 20)")
-    ] = None,
+    ] = None
     max_ttft: Annotated[
         float | None,
         O.time_option("--max-ttft", what="TTFT", max_bare_s=O.TTFT_MAX_BARE_S, help="prefill TTFT SLO: 2s, 800ms"),
-    ] = None,
-    prefill_ep: Annotated[int | None, typer.Option("--prefill-ep", help="prefill unit EP = DP (default 32)")] = None,
-    decode_ep: Annotated[int | None, typer.Option("--decode-ep", help="decode unit EP = DP (default 144)")] = None,
+    ] = None
+    prefill_ep: Annotated[int | None, typer.Option("--prefill-ep", help="prefill unit EP = DP (default 32)")] = None
+    decode_ep: Annotated[int | None, typer.Option("--decode-ep", help="decode unit EP = DP (default 144)")] = None
     prefill_batch_tokens: Annotated[
         float | None,
         typer.Option("--prefill-batch-tokens", help="prompt tokens per DP group per step, at most (default 16384)"),
-    ] = None,
+    ] = None
     decode_max_batch: Annotated[
         int | None, typer.Option("--decode-max-batch", help="largest requests per DP group swept (default 512)")
-    ] = None,
-    mtp: Annotated[int | None, typer.Option("--mtp", help="decode draft tokens per step (default 1)")] = None,
-    acceptance: Annotated[float | None, typer.Option("--acceptance", help="per-draft acceptance (default 0.8)")] = None,
+    ] = None
+    mtp: Annotated[int | None, typer.Option("--mtp", help="decode draft tokens per step (default 1)")] = None
+    acceptance: Annotated[float | None, typer.Option("--acceptance", help="per-draft acceptance (default 0.8)")] = None
     overlap: Annotated[
         str | None, typer.Option("--overlap", help="decode overlap: five-stage (default) | auto | ...")
-    ] = None,
-    redundant_experts: Annotated[
-        int | None, typer.Option("--redundant-experts", help="both pools (default 32)")
-    ] = None,
+    ] = None
+    redundant_experts: Annotated[int | None, typer.Option("--redundant-experts", help="both pools (default 32)")] = None
     usd_per_gpu_hour: Annotated[
         float | None, typer.Option("--usd-per-gpu-hour", help="default: the hardware spec's")
-    ] = None,
+    ] = None
     price_input_hit: Annotated[
         float | None, typer.Option("--price-input-hit", help="$ per million cache-hit input tokens")
-    ] = None,
+    ] = None
     price_input_miss: Annotated[
         float | None, typer.Option("--price-input-miss", help="$ per million cache-miss input tokens")
-    ] = None,
-    price_output: Annotated[float | None, typer.Option("--price-output", help="$ per million output tokens")] = None,
-):
-    """The traffic and deployment flags of `moesim plan` (each overrides the traffic YAML)."""
+    ] = None
+    price_output: Annotated[float | None, typer.Option("--price-output", help="$ per million output tokens")] = None
 
 
 def _write_plan(r, d: dict, out: Path | None, plot: Path | None) -> None:
@@ -167,36 +163,41 @@ def _write_plan(r, d: dict, out: Path | None, plot: Path | None) -> None:
         plot_plan(r, plot)
 
 
-@O.shared("flags", traffic_block)
-def plan(
-    flags: dict,
-    traffic: Annotated[Path | None, typer.Option("--traffic", help="traffic YAML (flags override its values)")] = None,
-    model: O.Model = "deepseek-v3",
-    hardware: O.Hardware = "h800",
-    set_: O.Set = None,
-    cost_mode: O.CostMode = "calibrated",
-    engine: O.Engine = "sglang",
-    expert_skew: O.ExpertSkew = "auto",
-    json_out: O.Json = False,
+@dataclass(frozen=True)
+class PlanOptions(TrafficOptions):
+    """Every option of `moesim plan`: the traffic flags, then the traffic file, the deployment's
+    specs and pricing, the outputs."""
+
+    traffic: Annotated[Path | None, typer.Option("--traffic", help="traffic YAML (flags override its values)")] = None
+    model: O.Model = "deepseek-v3"
+    hardware: O.Hardware = "h800"
+    set_: O.Set = None
+    cost_mode: O.CostMode = "calibrated"
+    engine: O.Engine = "sglang"
+    expert_skew: O.ExpertSkew = "auto"
+    json_out: O.Json = False
     out: Annotated[
         Path | None, typer.Option("--out", help="write the plan: .json (all) or .csv/.parquet (hourly)")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="PNG/SVG/PDF of hourly nodes and cost")] = None,
-    verify: O.Verify = True,
-):
+    ] = None  # fmt: skip
+    plot: Annotated[Path | None, typer.Option("--plot", help="PNG/SVG/PDF of hourly nodes and cost")] = None
+    verify: O.Verify = True
+
+
+@O.shared("o", PlanOptions)
+def plan(o: PlanOptions):
     """Capacity plan: nodes per hour for a day of traffic, from the model's own throughputs."""
+    out, plot = o.out, o.plot
     if out is not None and out.suffix.lower() not in PLAN_OUT:
         raise ConfigError(f"--out: {out.name!r} must end in .json, .csv or .parquet")
     if plot is not None:
         check_figure_suffix(plot, "--plot")
-    t = traffic_from_flags(traffic, flags)
+    t = traffic_from_flags(o.traffic, o)
     if plot is not None and t.aggregated is not None:
         raise ConfigError("--plot: draws the prefill and decode pools; not available with an aggregated pool")
-    pricing = O.pricing_of({"cost_mode": cost_mode, "expert_skew": expert_skew, "engine": engine})
-    r = run_plan(t, model, hardware, set=set_, pricing=pricing, verify=verify)
+    r = run_plan(t, o.model, o.hardware, set=o.set_, pricing=o.pricing(), verify=o.verify)
     d = r.to_dict()
     _write_plan(r, d, out, plot)
-    if json_out:
+    if o.json_out:
         typer.echo(json_text(d))
         return
     print_plan(r)

@@ -14,9 +14,9 @@ from moesim.report.roofline import draw_roofline, roofline_lines
 from moesim.report.writer import check_figure_suffix, json_text
 
 
-@O.shared("cfg", O.config_block)
+@O.shared("cfg", O.ConfigOptions)
 def roofline_cmd(
-    cfg: dict,
+    cfg: O.ConfigOptions,
     measurements: Annotated[
         list[Path] | None,
         typer.Option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -17,43 +18,46 @@ def _opt(flag, help, **kw):
     return typer.Option(flag, help=help, **kw)
 
 
-def simulate_block(
-    model: O.Model = "deepseek-v3",
-    hardware: O.Hardware = "h800",
-    set_: O.Set = None,
-    tp: O.Tp = 1,
-    dp: O.Dp = None,
-    ep: O.Ep = None,
-    moe_tp: O.MoeTp = 1,
-    mtp: O.Mtp = 0,
-    acceptance: O.Acceptance = 0.8,
-    redundant_experts: O.Redundant = 0,
-    overlap: O.Overlap = None,
-    comm: O.Comm = None,
-    cost_mode: O.CostMode = "calibrated",
-    engine: O.Engine = "sglang",
-    expert_skew: O.ExpertSkew = "auto",
+@dataclass(frozen=True)
+class SimulateOptions(O.OptionBlock):
+    """One simulated serving run (`moesim.simulate.core.simulate` keywords and a workload)."""
+
+    model: O.Model = "deepseek-v3"
+    hardware: O.Hardware = "h800"
+    set_: O.Set = None
+    tp: O.Tp = 1
+    dp: O.Dp = None
+    ep: O.Ep = None
+    moe_tp: O.MoeTp = 1
+    mtp: O.Mtp = 0
+    acceptance: O.Acceptance = 0.8
+    redundant_experts: O.Redundant = 0
+    overlap: O.Overlap = None
+    comm: O.Comm = None
+    cost_mode: O.CostMode = "calibrated"
+    engine: O.Engine = "sglang"
+    expert_skew: O.ExpertSkew = "auto"
     replicas: Annotated[
         int, _opt("--replicas", "instances of this layout behind the router (PD: decode instances)")
-    ] = 1,
+    ] = 1
     prefill_instances: Annotated[
         int | None, _opt("--prefill-instances", "PD: prefill instances (their layout: --prefill-tp/-dp/-ep/-moe-tp)")
-    ] = None,
-    prefill_tp: Annotated[int | None, _opt("--prefill-tp", "PD: prefill instance attention TP")] = None,
-    prefill_dp: Annotated[int | None, _opt("--prefill-dp", "PD: prefill instance DP groups")] = None,
-    prefill_ep: Annotated[int | None, _opt("--prefill-ep", "PD: prefill instance EP ranks")] = None,
-    prefill_moe_tp: Annotated[int | None, _opt("--prefill-moe-tp", "PD: prefill instance MoE TP")] = None,
+    ] = None
+    prefill_tp: Annotated[int | None, _opt("--prefill-tp", "PD: prefill instance attention TP")] = None
+    prefill_dp: Annotated[int | None, _opt("--prefill-dp", "PD: prefill instance DP groups")] = None
+    prefill_ep: Annotated[int | None, _opt("--prefill-ep", "PD: prefill instance EP ranks")] = None
+    prefill_moe_tp: Annotated[int | None, _opt("--prefill-moe-tp", "PD: prefill instance MoE TP")] = None
     concurrency: Annotated[
         int | None,
         _opt(
             "--concurrency",
             _LOAD + "closed loop, N clients (benchmark tools' --max-concurrency with every request ready)",
         ),
-    ] = None,  # fmt: skip
+    ] = None
     request_rate: Annotated[
         float | None,
         _opt("--request-rate", _LOAD + "open loop, requests/s (Poisson; --burstiness for gamma); inf = all at once"),
-    ] = None,  # fmt: skip
+    ] = None
     trace: Annotated[
         Path | None,
         _opt(
@@ -61,56 +65,54 @@ def simulate_block(
             _LOAD + "replay a trace (CSV/JSONL: arrival, input and output "
             "tokens[, prefix]; Mooncake and Azure formats)",
         ),
-    ] = None,  # fmt: skip
-    num_prompts: Annotated[int, _opt("--num-prompts", "requests to send (closed / open loop)")] = 1000,
-    isl: Annotated[int | None, _opt("--isl", "input tokens per request (closed / open loop)")] = None,
-    osl: Annotated[int | None, _opt("--osl", "output tokens per request (closed / open loop)")] = None,
+    ] = None
+    num_prompts: Annotated[int, _opt("--num-prompts", "requests to send (closed / open loop)")] = 1000
+    isl: Annotated[int | None, _opt("--isl", "input tokens per request (closed / open loop)")] = None
+    osl: Annotated[int | None, _opt("--osl", "output tokens per request (closed / open loop)")] = None
     range_ratio: Annotated[
         float | None,
         _opt("--range-ratio", "random lengths as --tool draws them (sglang: [r x len, len]; vllm: len x [1-r, 1+r])"),
-    ] = None,  # fmt: skip
+    ] = None
     tool: Annotated[
         str, _opt("--tool", "length / arrival rules of: sglang | vllm | vllm-legacy | genai-perf")
-    ] = "sglang",
+    ] = "sglang"  # fmt: skip
     burstiness: Annotated[
         float, _opt("--burstiness", "open loop: gamma shape of the inter-arrival times (1 = Poisson)")
-    ] = 1.0,
+    ] = 1.0
     max_concurrency: Annotated[
         int | None, _opt("--max-concurrency", "open loop: client-side cap on requests in flight")
-    ] = None,
-    warmup: Annotated[int, _opt("--warmup", "requests sent first and left out of the statistics")] = 0,
-    time_scale: Annotated[float, _opt("--time-scale", "trace: multiply arrival times (2 = half the rate)")] = 1.0,
-    max_requests: Annotated[int | None, _opt("--max-requests", "trace: the first N requests only")] = None,
+    ] = None
+    warmup: Annotated[int, _opt("--warmup", "requests sent first and left out of the statistics")] = 0
+    time_scale: Annotated[float, _opt("--time-scale", "trace: multiply arrival times (2 = half the rate)")] = 1.0
+    max_requests: Annotated[int | None, _opt("--max-requests", "trace: the first N requests only")] = None
     chunked_prefill_size: Annotated[
         int | None,
         _opt(
             "--chunked-prefill-size",
             "prompt tokens per pass per DP rank (vLLM / TRT-LLM: the token budget); default: the engine's",
         ),
-    ] = None,  # fmt: skip
+    ] = None
     max_prefill_tokens: Annotated[
         int | None, _opt("--max-prefill-tokens", "SGLang: prompt tokens per prefill batch")
-    ] = None,
+    ] = None
     max_running_requests: Annotated[
         int | None, _opt("--max-running-requests", "running requests per DP rank; default: the engine's")
-    ] = None,  # fmt: skip
-    cuda_graph_max_bs: Annotated[int | None, _opt("--cuda-graph-max-bs", "decode batches above run eager")] = None,
+    ] = None
+    cuda_graph_max_bs: Annotated[int | None, _opt("--cuda-graph-max-bs", "decode batches above run eager")] = None
     router: Annotated[
         str | None,
         _opt("--router", "round-robin | shortest-queue | cache-aware | random | power-of-two (default: the engine's)"),
-    ] = None,  # fmt: skip
+    ] = None
     engine_profile: Annotated[
         Path | None, _opt("--engine-profile", "serving profile YAML (default: the shipped one of --engine)")
-    ] = None,  # fmt: skip
+    ] = None
     prefix_cache: Annotated[
         bool, _opt("--prefix-cache/--no-prefix-cache", "reuse cached prompt prefixes (trace prefix ids)")
-    ] = True,  # fmt: skip
-    prefix_hit_ratio: Annotated[float, _opt("--prefix-hit-ratio", "share of every prompt served from cache")] = 0.0,
-    max_ttft: O.MaxTtft = None,
-    max_tpot: O.MaxTpot = None,
-    seed: Annotated[int, _opt("--seed", "random lengths, arrivals and routing")] = 0,
-):
-    """One simulated serving run (`moesim.simulate.core.simulate` keywords and a workload)."""
+    ] = True
+    prefix_hit_ratio: Annotated[float, _opt("--prefix-hit-ratio", "share of every prompt served from cache")] = 0.0
+    max_ttft: O.MaxTtft = None
+    max_tpot: O.MaxTpot = None
+    seed: Annotated[int, _opt("--seed", "random lengths, arrivals and routing")] = 0
 
 
 def workload_from(cfg: dict):
@@ -164,9 +166,9 @@ def simulate_kwargs(cfg: dict) -> dict:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    @O.shared("cfg", simulate_block)
+    @O.shared("cfg", SimulateOptions)
     def simulate(
-        cfg: dict,
+        cfg: SimulateOptions,
         json_out: O.Json = False,
         out: Annotated[
             Path | None, typer.Option("--out", help="per-request rows to .csv / .parquet, or the summary to .json")
@@ -214,4 +216,4 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"wrote {p}")
 
 
-__all__ = ["register", "workload_from", "simulate_kwargs", "simulate_block"]
+__all__ = ["register", "workload_from", "simulate_kwargs", "SimulateOptions"]

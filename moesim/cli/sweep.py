@@ -1,4 +1,4 @@
-"""`moesim sweep`, `moesim pareto`, `moesim disagg`. Module-level imports: typer and moesim only
+"""`moesim sweep`, `moesim pareto` (`moesim disagg`: moesim.cli.disagg). Module-level imports: typer and moesim only
 (pandas, matplotlib and rich load inside the analyses and report functions, so `moesim --help`
 stays light)."""
 
@@ -11,11 +11,9 @@ from typing import Annotated
 import typer
 
 from moesim.analyses import budget as B
-from moesim.analyses.disagg import DEFAULT_DECODE_AXES, DEFAULT_PREFILL_AXES, disagg
 from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import (
     check_frame_size,
-    defaults_not_given,
     evaluate_plan,
     parse_values,
     plan_sweep,
@@ -27,20 +25,20 @@ from moesim.cli.progress import Progress, announce
 from moesim.cli.sweep_stream import budget_node, stream_sweep
 from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError
-from moesim.report.disagg import print_disagg
 from moesim.report.frame_stream import STREAM_SUFFIXES
 from moesim.report.sweep import print_table, rank, summary
-from moesim.report.writer import frame_json_text, json_text, write_frame, write_json
+from moesim.report.writer import frame_json_text, write_frame
 
 AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance", "redundant", "overlap", "comm")
 
-__all__ = ["register", "write_frame"]
+__all__ = ["parse_axes", "register", "write_frame"]
 
 # --top: rows kept for the table / --json (a streamed sweep keeps them while the rest streams to --out)
 MAX_TOP = 100_000
 
 
-def _axes(**flags) -> dict:
+def parse_axes(**flags) -> dict:
+    """Axis flags (comma lists, A:B, A:B:STEP; unset ones left out) -> {axis: values}."""
     return {k: parse_values(k, v) for k, v in flags.items() if v is not None}
 
 
@@ -52,10 +50,10 @@ def _list_axis(axes: dict, name: str, value: str | None) -> str | None:
     return value
 
 
-def _sweep_args(grid: dict, only_fits: bool, progress) -> tuple[dict, int | None, int | None]:
-    """grid: the values of `options.grid_block` -> (`sweep` keywords, GPU budget, GPUs per node)."""
+def _sweep_args(grid: O.GridOptions, only_fits: bool, progress) -> tuple[dict, int | None, int | None]:
+    """grid: the `options.GridOptions` block -> (`sweep` keywords, GPU budget, GPUs per node)."""
     tune_malloc()
-    axes = _axes(**{k: grid[k] for k in AXES})
+    axes = parse_axes(**{k: grid[k] for k in AXES})
     n_gpus, gpn = (
         B.check_budget(grid["total_gpus"], grid["gpus_per_node"]) if grid["total_gpus"] is not None else (None, None)
     )
@@ -88,8 +86,8 @@ def _sweep_args(grid: dict, only_fits: bool, progress) -> tuple[dict, int | None
     return kw, n_gpus, gpn
 
 
-def run_sweep(grid: dict, only_fits: bool):
-    """grid: the values of `options.grid_block` -> the evaluated frame (elapsed time in attrs)."""
+def run_sweep(grid: O.GridOptions, only_fits: bool):
+    """grid: the `options.GridOptions` block -> the evaluated frame (elapsed time in attrs)."""
     with Progress() as prog:
         t0 = time.perf_counter()
         kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
@@ -103,7 +101,7 @@ def run_sweep(grid: dict, only_fits: bool):
     return df
 
 
-def run_streamed(grid: dict, only_fits: bool, top: int, out, frontier: dict | None = None):
+def run_streamed(grid: O.GridOptions, only_fits: bool, top: int, out, frontier: dict | None = None):
     """`run_sweep` in bounded memory (`moesim.cli.sweep_stream`): the rows go to `out` (.csv /
     .parquet, or nowhere) a piece at a time -> (the ranked top rows, the sweep's counts in attrs;
     the Pareto frontier of `frontier`'s keywords or None)."""
@@ -118,7 +116,7 @@ def run_streamed(grid: dict, only_fits: bool, top: int, out, frontier: dict | No
     return top_rows, front
 
 
-def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: dict):
+def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: O.GridOptions):
     """Rows within the GPU budget (whole instances; per hardware its NVLink domain as the node)."""
     if gpus_per_node is None:
         doms = {
@@ -171,7 +169,7 @@ def _best_row(ranked):
     return ranked.loc[ok].iloc[0].to_dict() if ok.any() else None
 
 
-def _launch(rows: list, grid: dict, titles: list) -> None:
+def _launch(rows: list, grid: O.GridOptions, titles: list) -> None:
     """--emit-launch of sweep / pareto rows (each on its own hardware)."""
     from moesim.cli.launch import emit_launch  # lazy: only when asked
 
@@ -194,9 +192,9 @@ def emit_rows(df, out, json_out) -> bool:
     return json_out
 
 
-@O.shared("grid", O.grid_block)
+@O.shared("grid", O.GridOptions)
 def sweep_cmd(
-    grid: dict,
+    grid: O.GridOptions,
     only_fits: Annotated[
         bool, typer.Option("--only-fits", help="keep only valid configurations that fit in memory")
     ] = False,
@@ -232,9 +230,9 @@ def sweep_cmd(
         _launch([_best_row(ranked)], grid, ["best row"])
 
 
-@O.shared("grid", O.grid_block)
+@O.shared("grid", O.GridOptions)
 def pareto_cmd(
-    grid: dict,
+    grid: O.GridOptions,
     group_by: Annotated[
         str | None,
         typer.Option(
@@ -276,121 +274,6 @@ def pareto_cmd(
         _launch(ends, grid, [f"frontier: max {y}", f"frontier: max {x}"])
 
 
-def _decode_axes(spec, mtp, axes) -> dict:
-    """The default decode space drafts with MTP; a model without it cannot (redundant slots: the
-    defaults within the model's bound)."""
-    dax = {**defaults_not_given(DEFAULT_DECODE_AXES, axes, spec), **axes}
-    if not spec.mtp_layers:
-        if mtp is not None and any(v > 0 for v in dax["mtp"]):
-            raise ConfigError(f"mtp: {spec.name} has no MTP module (mtp_layers = 0); allowed 0")
-        dax["mtp"] = [0.0]
-    return dax
-
-
-def disagg_cmd(
-    isl: Annotated[float, typer.Option("--isl", help="prompt (input) tokens per request")],
-    osl: Annotated[float, typer.Option("--osl", help="output tokens per request")],
-    max_ttft: Annotated[
-        float,
-        O.time_option(
-            "--max-ttft", what="TTFT", max_bare_s=O.TTFT_MAX_BARE_S, help="TTFT target incl. KV transfer: 2s, 500ms"
-        ),
-    ],
-    max_tpot: Annotated[
-        float,
-        O.time_option("--max-tpot", what="TPOT", max_bare_s=O.TPOT_MAX_BARE_S, help="TPOT target: 50ms, 0.05s"),
-    ],
-    model: O.Model = None,
-    hardware: O.Hardware = "h800",
-    set_: O.Set = None,
-    prefill_hardware: Annotated[str | None, typer.Option(help="[default: --hardware]")] = None,
-    decode_hardware: Annotated[str | None, typer.Option(help="[default: --hardware]")] = None,
-    prefill_tp: Annotated[str | None, typer.Option(help=f"prefill TP: {O.AXIS_HELP}")] = None,
-    prefill_ep: Annotated[str | None, typer.Option(help="prefill EP ranks")] = None,
-    prefill_batch: Annotated[str | None, typer.Option(help="prefill tokens per DP group per step")] = None,
-    tp: Annotated[str | None, typer.Option("--decode-tp", "--tp", help="decode TP")] = None,
-    ep: Annotated[str | None, typer.Option("--decode-ep", "--ep", help="decode EP ranks")] = None,
-    batch: Annotated[str | None, typer.Option("--decode-batch", "--batch", help="decode requests per DP group")] = None,
-    context: Annotated[str | None, typer.Option(help="decode mean KV length [default: isl + osl/2]")] = None,
-    mtp: O.MtpAxis = None,
-    acceptance: O.AcceptanceAxis = None,
-    redundant: O.RedundantAxis = None,
-    cost_mode: O.CostMode = "calibrated",
-    engine: O.Engine = "sglang",
-    expert_skew: O.ExpertSkew = "auto",
-    context_dist: O.ContextDist = "fixed",
-    max_instances: Annotated[int, typer.Option(help="largest pool size in instances")] = 64,
-    total_gpus: O.TotalGpus = None,
-    gpus_per_node: O.GpusPerNode = None,
-    chunk_tokens: O.ChunkTokens = None,
-    no_aggregated: Annotated[
-        bool, typer.Option("--no-aggregated", help="skip the aggregated (mixed) comparison")
-    ] = False,
-    verify: O.Verify = True,
-    json_out: O.Json = False,
-    out: O.Out = None,
-    emit_launch: O.EmitLaunch = False,
-):
-    """Disaggregated prefill/decode pools for (ISL, OSL) under TTFT/TPOT targets vs aggregated serving."""
-    tune_malloc()
-    model = model or "deepseek-v3"
-    pax = {**DEFAULT_PREFILL_AXES, **_axes(tp=prefill_tp, ep=prefill_ep, batch=prefill_batch)}
-    spec, _ = resolve_specs(model, decode_hardware or hardware, set_)
-    decode = _axes(tp=tp, ep=ep, batch=batch, context=context, mtp=mtp, acceptance=acceptance, redundant=redundant)
-    dax = _decode_axes(spec, mtp, decode)
-    with Progress() as prog:
-        r = disagg(
-            model,
-            hardware,
-            isl=isl,
-            osl=osl,
-            max_ttft_s=max_ttft,
-            max_tpot_s=max_tpot,
-            prefill_hardware=prefill_hardware,
-            decode_hardware=decode_hardware,
-            prefill_axes=pax,
-            decode_axes=dax,
-            pricing=O.pricing_of(
-                {"cost_mode": cost_mode, "engine": engine, "expert_skew": expert_skew, "context_dist": context_dist}
-            ),
-            set=set_,
-            compare_aggregated=not no_aggregated,
-            chunk_tokens=chunk_tokens,
-            max_instances=max_instances,
-            progress=prog.update,
-            total_gpus=total_gpus,
-            gpus_per_node=gpus_per_node,
-            verify=verify,
-        )
-    d = r.to_dict()
-    if out is not None:
-        write_json(d, out)
-        typer.echo(f"wrote {out}", err=json_out)
-    if json_out:
-        typer.echo(json_text(d))
-    else:
-        print_disagg(r)
-        if emit_launch:
-            _launch_disagg(r, model, set_, gpus_per_node, hardware, decode_hardware, engine)
-
-
-def _launch_disagg(r, model, set_, gpn, hardware, decode_hardware, engine) -> None:
-    """--emit-launch of `disagg`: the whole PD deployment (every prefill and decode instance and the
-    router over them) and the aggregated best."""
-    from moesim.cli.launch import emit_launch  # lazy: only when asked
-
-    dep = r.deployment or {}
-    n_p, n_d = dep.get("prefill_instances"), dep.get("decode_instances")
-    if r.prefill and r.decode:
-        pd = {"prefill": r.prefill, "decode": r.decode, "prefill_instances": n_p or 1, "decode_instances": n_d or 1}
-        title = f"PD: {n_p or 1} prefill + {n_d or 1} decode instances"
-        emit_launch([(title, pd, "pd")], model, decode_hardware or hardware, set_, gpn, engine=engine)
-    if r.aggregated:
-        agg = {**r.aggregated, "chunk_tokens": r.aggregated.get("prefill_chunk_tokens")}
-        emit_launch([("aggregated best", agg, None)], model, hardware, set_, gpn, engine=engine)
-
-
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep_cmd)
     app.command("pareto")(pareto_cmd)
-    app.command("disagg")(disagg_cmd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -30,34 +31,35 @@ def _check_micro_batches(phase, overlap, batch):
         )
 
 
-def timeline_block(
-    model: O.Model = "deepseek-v3",
-    hardware: O.Hardware = "h800",
-    phase: Annotated[str, typer.Option("--phase", help="decode | prefill")] = "decode",
-    tp: O.Tp = 1,
-    dp: O.Dp = None,
-    ep: O.Ep = None,
-    moe_tp: O.MoeTp = 1,
-    batch: Annotated[float, typer.Option("--batch", help=O.HELP["batch"])] = 64.0,
-    context: Annotated[float, typer.Option("--context", help=O.HELP["context"])] = 4096.0,
-    mtp: O.Mtp = 0,
-    acceptance: O.Acceptance = 0.8,
-    redundant_experts: O.Redundant = 0,
-    overlap: Annotated[
-        str | None, typer.Option("--overlap", help="serial | shared | sbo | two-batch | five-stage")
-    ] = None,
-    cost_mode: O.CostMode = "calibrated",
-    engine: O.Engine = "sglang",
-    comm: O.Comm = None,
-    expert_skew: O.ExpertSkew = "auto",
-    set_: O.Set = None,
-):
+@dataclass(frozen=True)
+class TimelineOptions(O.OptionBlock):
     """The configuration `layer_timeline` draws (its keywords; ``--set`` is its ``set``)."""
 
+    model: O.Model = "deepseek-v3"
+    hardware: O.Hardware = "h800"
+    phase: Annotated[str, typer.Option("--phase", help="decode | prefill")] = "decode"
+    tp: O.Tp = 1
+    dp: O.Dp = None
+    ep: O.Ep = None
+    moe_tp: O.MoeTp = 1
+    batch: Annotated[float, typer.Option("--batch", help=O.HELP["batch"])] = 64.0
+    context: Annotated[float, typer.Option("--context", help=O.HELP["context"])] = 4096.0
+    mtp: O.Mtp = 0
+    acceptance: O.Acceptance = 0.8
+    redundant_experts: O.Redundant = 0
+    overlap: Annotated[
+        str | None, typer.Option("--overlap", help="serial | shared | sbo | two-batch | five-stage")
+    ] = None  # fmt: skip
+    cost_mode: O.CostMode = "calibrated"
+    engine: O.Engine = "sglang"
+    comm: O.Comm = None
+    expert_skew: O.ExpertSkew = "auto"
+    set_: O.Set = None
 
-@O.shared("cfg", timeline_block)
+
+@O.shared("cfg", TimelineOptions)
 def timeline(
-    cfg: dict,
+    cfg: TimelineOptions,
     out: Annotated[
         Path | None, typer.Option("--out", help="draw the chart to this image (.png, .svg or .pdf); none without it")
     ] = None,

@@ -147,20 +147,58 @@ def test_writer_frame_extensions(tmp_path):
 
 
 def test_shared_options_reach_the_command():
-    """A block mounted with options.shared appears in the command's signature and arrives as a dict."""
+    """A block mounted with options.shared appears in the command's signature and arrives as one
+    block instance (read by attribute or as a mapping)."""
     import inspect
 
     from moesim.cli import options as O
 
     seen = {}
 
-    @O.shared("cfg", O.config_block)
-    def cmd(cfg: dict, extra: int = 3):
-        seen.update(cfg, extra=extra)
+    @O.shared("cfg", O.ConfigOptions)
+    def cmd(cfg: O.ConfigOptions, extra: int = 3):
+        seen.update(cfg=cfg, extra=extra)
 
     params = inspect.signature(cmd).parameters
     assert {"model", "tp", "set_", "extra"} <= set(params) and "cfg" not in params
+    assert list(params)[: len(O.ConfigOptions._names())] == list(O.ConfigOptions._names())  # block first, in order
     cmd(**{n: p.default for n, p in params.items()})
-    assert seen["model"] == "deepseek-v3" and seen["tp"] == 1 and seen["extra"] == 3
+    cfg = seen["cfg"]
+    assert isinstance(cfg, O.ConfigOptions) and cfg.model == "deepseek-v3" and cfg.tp == 1 and seen["extra"] == 3
+    assert cfg["tp"] == 1 and dict(cfg)["set_"] is None and len(cfg) == len(O.ConfigOptions._names())
+    with pytest.raises(KeyError):
+        cfg["nope"]
+    p = O.ConfigOptions(cost_mode="roofline", engine="vllm").pricing(cuda_graphs=False)
+    assert (p.cost_mode.value, p.engine.value, p.cuda_graphs) == ("roofline", "vllm", False)
     kw = O.estimate_kwargs({"set_": ["a=1"], "tp": 2, "cost_mode": "roofline"}, cuda_graphs=False)
     assert kw == {"set": ["a=1"], "tp": 2, "pricing": Pricing.of(cost_mode="roofline", cuda_graphs=False)}
+
+
+def test_option_blocks_are_data():
+    """Every command's option block is a frozen dataclass: a misspelt option is a TypeError, a field
+    without a default is a required option, and the plain entry points take the block's keywords."""
+    import dataclasses
+    import inspect
+
+    from moesim.cli import options as O
+    from moesim.cli.disagg import DisaggOptions, disagg_cmd
+    from moesim.cli.eplb import eplb_command
+
+    with pytest.raises(TypeError):
+        O.GridOptions(tpp="1,2")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        O.GridOptions().tp = "1"  # type: ignore[misc]
+    params = inspect.signature(disagg_cmd).parameters
+    assert list(params) == list(DisaggOptions._names())
+    assert {n for n, p in params.items() if p.default is inspect.Parameter.empty} == {
+        "isl",
+        "osl",
+        "max_ttft",
+        "max_tpot",
+    }
+    with pytest.raises(TypeError):
+        eplb_command(echo=lambda s: None, expert=16)
+    from moesim.cli.calibrate import run_kernel
+
+    with pytest.raises(TypeError):
+        run_kernel("gemm", device="cpu", threadz=1)  # the timing keywords are RunTiming's fields
