@@ -1,4 +1,4 @@
-"""`moesim sweep`, `moesim pareto`, `moesim disagg`. Module-level imports: typer and moesim only
+"""`moesim sweep`, `moesim pareto` (`moesim disagg`: moesim.cli.disagg). Module-level imports: typer and moesim only
 (pandas, matplotlib and rich load inside the analyses and report functions, so `moesim --help`
 stays light)."""
 
