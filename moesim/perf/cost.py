@@ -74,6 +74,22 @@ def _quant_cta_s(profile, shape: QuantShape):
     return E.quant_ctas(shape.m, shape.k) * float(cta_ns) * 1e-9
 
 
+@dataclass
+class _Terms:
+    """A kernel's pricing terms (`CostModel._kernel_terms`): efficiencies on the FLOP and byte times,
+    the fitted fixed cost alpha_s (both sides, unscaled by the work), the launch gap (s), routed
+    tiles' padding, SGLang's quant per-CTA floor (s, `_quant_cta_s`), measured times (s) or None."""
+
+    ec: object = 1.0
+    em: object = 1.0
+    alpha: object = 0.0
+    launch: float = 0.0
+    prov: str = Provenance.ROOFLINE.value
+    pad: object = None
+    floor: object = 0.0
+    measured: object = None
+
+
 class CostModel:
     """Prices ops on one hardware in one cost mode. `profile` is a calibration Profile or None."""
 
@@ -110,63 +126,51 @@ class CostModel:
         nbytes = np.asarray(op.bytes_total, float)
         shape = np.broadcast(flops, nbytes).shape
         flops, nbytes = np.broadcast_to(flops, shape), np.broadcast_to(nbytes, shape)
-        peak = hw.peak_flops(op.dtype)
-        ec = em = 1.0
-        alpha = launch = 0.0  # alpha: the fitted kernel's fixed cost (on both sides, unscaled by the work)
-        prov = Provenance.ROOFLINE.value
-        measured = None
-        pad, floor = None, 0.0  # floor: SGLang's quant per-CTA time (_quant_cta_s)
-        if self.mode != CostMode.ROOFLINE:
-            launch = hw.kernel_launch_s
-            fam = _family(op, self.model)
-            kshape = own = op.shape.as_kwargs()  # the profile's shape keywords
-            if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags and fam != FUSED_FAMILY:
-                # routed token counts per expert are random: each group's last M tile is partly empty
-                # but computed whole (the efficiencies were fitted on tile-aligned shapes)
-                pad = E.routed_tile_padding(kshape["m"])
-                kshape = {**kshape, "tile_pad": pad}
-            if kshape and "dtype" not in kshape:  # the variant of the priced dtype (FP8 GEMM vs BF16 router)
-                kshape = {**kshape, "dtype": op.dtype.value}
-            if self.profile is not None:
-                eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
-                if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
-                    eff, floor = self.profile.kernel_efficiency("elementwise"), _quant_cta_s(self.profile, op.shape)
-                if eff is not None:
-                    ec, em, alpha = eff
-                    prov = Provenance.FITTED.value
-                    launch = self.profile.launch_for(fam)
-                if self.mode == CostMode.MEASURED and own:
-                    measured = self.profile.measured_time(fam, **own)
-            if not self.cuda_graphs:  # eager mode: the host launches every kernel
-                launch = max(launch, hw.kernel_launch_eager_s)
-        compute_s = alpha + flops / (peak * np.asarray(ec, float))
-        if pad is not None and prov == Provenance.ROOFLINE.value:  # no fitted kernel: pad the peak math
-            compute_s = compute_s * pad
-        memory_s = alpha + np.maximum(nbytes / (hw.hbm_bw_Bps * np.asarray(em, float)), floor)
-        time_s = np.maximum(compute_s, memory_s) + launch
-        if measured is not None:
-            measured = np.broadcast_to(np.asarray(measured, float), time_s.shape)
+        t = self._kernel_terms(op) if self.mode != CostMode.ROOFLINE else _Terms()
+        prov = t.prov
+        compute_s = t.alpha + flops / (hw.peak_flops(op.dtype) * np.asarray(t.ec, float))
+        if t.pad is not None and prov == Provenance.ROOFLINE.value:  # no fitted kernel: pad the peak math
+            compute_s = compute_s * t.pad
+        memory_s = t.alpha + np.maximum(nbytes / (hw.hbm_bw_Bps * np.asarray(t.em, float)), t.floor)
+        time_s = np.maximum(compute_s, memory_s) + t.launch
+        if t.measured is not None:
+            measured = np.broadcast_to(np.asarray(t.measured, float), time_s.shape)
             ok = np.isfinite(measured)
             if ok.any():  # a measured kernel duration, plus the same inter-kernel launch gap
-                time_s = np.where(ok, measured + launch, time_s)
+                time_s = np.where(ok, measured + t.launch, time_s)
                 prov = Provenance.MEASURED.value if ok.all() else prov + "+measured"
         bound = np.where(compute_s >= memory_s, BoundCode.COMPUTE, BoundCode.MEMORY)
-        bound = np.where(launch > np.maximum(compute_s, memory_s), 3, bound)
+        bound = np.where(t.launch > np.maximum(compute_s, memory_s), 3, bound)
         present = np.asarray(op.present, float)
-        return OpCost(
-            op.name,
-            op.stream,
-            op.stage,
-            time_s * present,
-            compute_s * present,
-            memory_s * present,
-            np.zeros(shape),
-            bound,
-            prov,
-            flops * present,
-            nbytes * present,
-            kind=op.kind,
-        )
+        return OpCost(op.name, op.stream, op.stage, time_s * present, compute_s * present, memory_s * present,
+                      np.zeros(shape), bound, prov, flops * present, nbytes * present, kind=op.kind)  # fmt: skip
+
+    def _kernel_terms(self, op: OpWork) -> _Terms:
+        """The calibrated (or measured) terms of a kernel: the profile's efficiencies and fixed cost
+        where it covers the op's family, the launch gap, routed tiles' padding, measured times."""
+        t = _Terms(launch=self.hw.kernel_launch_s)
+        fam = _family(op, self.model)
+        kshape = own = op.shape.as_kwargs()  # the profile's shape keywords
+        if op.kind == OpKind.GROUPED_GEMM and Tag.ROUTED in op.tags and fam != FUSED_FAMILY:
+            # routed token counts per expert are random: each group's last M tile is partly empty
+            # but computed whole (the efficiencies were fitted on tile-aligned shapes)
+            t.pad = E.routed_tile_padding(kshape["m"])
+            kshape = {**kshape, "tile_pad": t.pad}
+        if kshape and "dtype" not in kshape:  # the variant of the priced dtype (FP8 GEMM vs BF16 router)
+            kshape = {**kshape, "dtype": op.dtype.value}
+        if self.profile is not None:
+            eff = self.profile.kernel_efficiency(fam, **kshape) if kshape or fam == "elementwise" else None
+            if eff is None and fam == "quant":  # no quant table: a streaming elementwise kernel
+                eff, t.floor = self.profile.kernel_efficiency("elementwise"), _quant_cta_s(self.profile, op.shape)
+            if eff is not None:
+                t.ec, t.em, t.alpha = eff
+                t.prov = Provenance.FITTED.value
+                t.launch = self.profile.launch_for(fam)
+            if self.mode == CostMode.MEASURED and own:
+                t.measured = self.profile.measured_time(fam, **own)
+        if not self.cuda_graphs:  # eager mode: the host launches every kernel
+            t.launch = max(t.launch, self.hw.kernel_launch_eager_s)
+        return t
 
     # ------------------------------------------------------------------ collectives
     def comm(self, op: OpWork, comm_mode: str = "") -> OpCost:

@@ -265,6 +265,15 @@ def engine_switch(switches: list[dict], caps) -> dict:
     return {"engine_switch_bytes": x, "engine_switch_reason": "max_bytes" if x in caps else "nccl faster"}
 
 
+def _by_library(work, model, hw, cost_mode, profile, lib, backends, engine) -> dict:
+    """{time_s, algorithm} of the collective priced with `lib` alone, or {error} where the engine would not run it."""
+    why = library_error(work, hw, lib, backends, engine)
+    if why:
+        return {"error": why}
+    tl, _, al, _ = _library_times(work, model, hw, cost_mode, profile, lib)
+    return {"time_s": float(np.ravel(tl)[0]), "algorithm": str(np.ravel(al)[0])}
+
+
 def price_collective(
     work: OpWork,
     model: ModelSpec,
@@ -295,14 +304,9 @@ def price_collective(
     t, alpha, alg, prov = _library_times(work, model, hw, cost_mode, profile, library)
     t_roof = _library_times(work, model, hw, CostMode.ROOFLINE, None, library)[0]
     t, alpha, t_roof = (float(np.ravel(x)[0]) for x in (t, alpha, t_roof))
-    by_library = {}
-    for lib in ("nccl", "custom"):
-        why = library_error(work, hw, lib, backends, engine)
-        if why:
-            by_library[lib] = {"error": why}
-            continue
-        tl, _, al, _ = _library_times(work, model, hw, cost_mode, profile, lib)
-        by_library[lib] = {"time_s": float(np.ravel(tl)[0]), "algorithm": str(np.ravel(al)[0])}
+    by_library = {
+        lib: _by_library(work, model, hw, cost_mode, profile, lib, backends, engine) for lib in ("nccl", "custom")
+    }
     hi = SWITCH_RANGE_BYTES[1]
     caps = tuple((backends or {}).values())
     if library == "custom" and caps:  # the engine does not run it above its size limit
