@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from moesim.analyses.validate.cases import load_cases  # noqa: E402
 from moesim.analyses.validate.simulate_case import simulate_kwargs, workload  # noqa: E402
-from moesim.engine.phases import estimate  # noqa: E402
+from moesim.engine.estimate import estimate  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
 from moesim.simulate.core import simulate  # noqa: E402
 

@@ -31,12 +31,12 @@ from moesim.analyses.plan import plan as _plan
 from moesim.analyses.sweep import sweep as _sweep
 from moesim.analyses.sweep_block import OPTION_FIELDS
 from moesim.balance.factors import check_imbalance_flags
-from moesim.engine.estimate import DEFAULTS, STEP_FIELDS, EstimateResult, estimate_step
-from moesim.engine.phases import MIXED_KEYWORDS, estimate_mixed
-from moesim.engine.phases import estimate as _estimate
+from moesim.engine.estimate import MIXED_KEYWORDS, estimate_mixed
+from moesim.engine.estimate import estimate as _estimate
 from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
 from moesim.engine.settings import FIELDS as PRICING_FIELDS
 from moesim.engine.settings import Pricing
+from moesim.engine.step import DEFAULTS, STEP_FIELDS, EstimateResult, estimate_step
 from moesim.enums import Engine
 from moesim.errors import ConfigError
 from moesim.grid.layout import resolve_parallel

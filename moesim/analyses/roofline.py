@@ -20,7 +20,7 @@ import math
 import re
 from pathlib import Path
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.errors import ConfigError
 from moesim.specs.data import data_root, data_roots
 

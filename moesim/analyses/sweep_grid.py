@@ -8,7 +8,7 @@ import numpy as np
 
 from moesim.enums import Phase
 from moesim.grid.core import AXES, Grid
-from moesim.grid.layout import derive as derive_layout
+from moesim.grid.layout import derive_layout
 from moesim.specs.study import NUMERIC_AXES
 
 SCALAR_DEFAULTS = {"tp": 1, "moe_tp": 1, "mtp": 0, "acceptance": 0.8, "redundant": 0}

@@ -6,10 +6,10 @@ import numpy as np
 
 from moesim import workload as W
 from moesim.balance.factors import apply_factors, factors_for, imbalance_factors
-from moesim.engine.estimate import StepConfig
 from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid, load_profile_for, profile_info, resolve_specs
 from moesim.engine.settings import Pricing
+from moesim.engine.step import StepConfig
 from moesim.enums import OpKind, Overlap, Phase, Stream
 from moesim.errors import ConfigError
 from moesim.grid.core import Grid

@@ -13,7 +13,7 @@ import typer
 
 from moesim.analyses.fitting import smallest_fitting_ep
 from moesim.cli import options as O
-from moesim.engine.phases import estimate as run_estimate
+from moesim.engine.estimate import estimate as run_estimate
 from moesim.engine.whatif import inert_whatif_notes
 from moesim.errors import MoesimError
 from moesim.report.tables import does_not_fit_text, hardware_line, model_line, print_estimate

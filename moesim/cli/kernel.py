@@ -10,7 +10,7 @@ import typer
 from moesim.cli import options as O
 from moesim.engine.settings import Pricing
 from moesim.errors import ConfigError
-from moesim.workload.kernels import OPS, kernel_work
+from moesim.workload.kernels import OPS, kernel_op
 
 LIBRARY_HELP = (
     "all_reduce | all_gather only. auto (default): what the engine picks at this size: its custom all-reduce "
@@ -19,8 +19,8 @@ LIBRARY_HELP = (
     "max_bytes). The output names the algorithm that priced it and the size (bytes) where the engine switches to NCCL"
 )
 
-# kernel_work moved to moesim.workload.kernels; re-exported for callers of the old name
-__all__ = ["OPS", "KernelOptions", "kernel", "kernel_work", "register"]
+# kernel_op lives in moesim.workload.kernels; re-exported
+__all__ = ["OPS", "KernelOptions", "kernel", "kernel_op", "register"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class KernelOptions(O.OptionBlock):
     json_out: Annotated[bool, typer.Option("--json")] = False
 
     def shape(self) -> dict:
-        """The shape flags as `kernel_work` keywords."""
+        """The shape flags as `kernel_op` keywords."""
         return {name: self[name] for name in SHAPE_FLAGS}
 
 
@@ -93,7 +93,7 @@ def _predict(o: KernelOptions) -> dict:
     prof, notes = load_profile_for(hw, Pricing.of(cost_mode=cm_mode, engine=engine))
     if library is not None and op not in COLLECTIVE_OPS:
         raise ConfigError(f"--library: only for --op {' | '.join(COLLECTIVE_OPS)} (got --op {op})")
-    w = kernel_work(mdl, hw, op, **o.shape())
+    w = kernel_op(mdl, hw, op, **o.shape())
     res = {"op": op, "hardware": hw.name, "cost_mode": cm_mode.value} | profile_info(prof, engine)
     got = _price(w, mdl, hw, cm_mode, prof, library or "auto", engine)
     notes = notes + got.pop("library_notes", [])

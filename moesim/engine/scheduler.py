@@ -80,7 +80,7 @@ def default_budget_tokens(engine, memory_bytes: float, dp) -> np.ndarray:
 
 
 @dataclass
-class Prices:
+class PassTimes:
     """Arrays per DP group: t_d decode step (s), D duration of a pass carrying T prefill tokens (s)
     on a rank, budget = most prefill tokens one pass takes, a = accepted tokens per step."""
 
@@ -102,7 +102,7 @@ def _busy(in_decode, n, dp):
     return 1.0 - (1.0 - f) ** (np.maximum(n - 1.0, 0.0) + n * (dp - 1.0))
 
 
-def _rates(lam, p: Prices, isl, osl, n):
+def _rates(lam, p: PassTimes, isl, osl, n):
     """(TTFT, TPOT, u, W, own, U, p_w) at request rate lam per DP group; n = concurrency (closed) or
     None (open); p_w = the probability that an arrival waits (a pass in flight)."""
     g = 1.0 if n is None else np.maximum(n - 1.0, 0.0) / n  # share of the load an arrival sees (arrival theorem)
@@ -157,7 +157,7 @@ class Solution:
         return np.clip(np.nan_to_num(k, nan=1.0), 1.0, np.maximum(self.dp, 1.0))
 
 
-def solve(p: Prices, isl: float, osl: float, *, concurrency=None, rate=None, iterations: int = 80) -> Solution:
+def solve(p: PassTimes, isl: float, osl: float, *, concurrency=None, rate=None, iterations: int = 80) -> Solution:
     """Closed loop (concurrency: clients per DP group) or open loop (rate: requests/s per DP group)."""
     if concurrency is not None:
         n = np.asarray(concurrency, float)
@@ -185,4 +185,4 @@ def solve(p: Prices, isl: float, osl: float, *, concurrency=None, rate=None, ite
     return Solution(lam, ttft, tpot, u, wait, own, 1.0 + others, next_T, stable, any_, np.asarray(p.dp, float), p90)
 
 
-__all__ = ["Prices", "Solution", "solve", "wait_p90", "default_budget_tokens", "fused", "scheduler_name"]
+__all__ = ["PassTimes", "Solution", "solve", "wait_p90", "default_budget_tokens", "fused", "scheduler_name"]

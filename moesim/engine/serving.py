@@ -117,7 +117,7 @@ def serve(model, hw, grid: Grid, *, isl, osl, overlap=None, chunk_tokens=None, r
         dec, pas, notes = _price(model, hw, grid, batch, (T, T * k / lockstep), isl, lockstep, overlap, pricing)
         first = first or dec  # priced at the batch given: the memory footprint
         T_priced, k_priced, budget = T, k, _budget(total, batch, grid, is_fused)
-        prices = S.Prices(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused,
+        prices = S.PassTimes(_f(dec, "step_time_s"), _f(pas, "step_time_s"), T, budget, grid.tokens_per_step, is_fused,
                           lockstep)  # fmt: skip
         if request_rate is None:
             sol = S.solve(prices, isl, osl, concurrency=cap)

@@ -1,6 +1,6 @@
 """THE parallel layout rule: every GPU holds attention and experts, so tp x dp = ep x moe_tp (= GPUs).
 
-One derivation, vectorized (`derive`: arrays, NaN = "derive this one", with a reason per row) and
+One derivation, vectorized (`derive_layout`: arrays, NaN = "derive this one", with a reason per row) and
 scalar (`resolve_parallel`: raises a one-line ConfigError). Dense models have no experts: ep = 1 and
 the FFN is split over every GPU (moe_tp = tp x dp).
 """
@@ -18,7 +18,7 @@ DP_REASON = "dp: ep x moe_tp must be a multiple of tp (dp is derived as ep x moe
 EP_REASON = "ep: tp x dp must be a multiple of moe_tp (ep is derived as tp x dp / moe_tp)"
 
 
-def derive(tp, dp, ep, moe_tp):
+def derive_layout(tp, dp, ep, moe_tp):
     """Fill dp (where NaN) from ep x moe_tp / tp, else ep (where NaN) from tp x dp / moe_tp.
     -> (dp, ep, reason): reason is '' where the derived degree is whole."""
     tp, dp, ep, moe_tp = np.broadcast_arrays(*(np.asarray(x, float) for x in (tp, dp, ep, moe_tp)))
@@ -53,7 +53,7 @@ def resolve_parallel(model: ModelSpec, tp, dp, ep, moe_tp):
     if dp is None and ep is None:
         dp = 1
     nan = float("nan")
-    d, e, reason = derive(tp, nan if dp is None else dp, nan if ep is None else ep, moe_tp)
+    d, e, reason = derive_layout(tp, nan if dp is None else dp, nan if ep is None else ep, moe_tp)
     reason = reason.reshape(-1)[0]
     if reason == DP_REASON:
         raise ConfigError(f"dp: ep x moe_tp = {ep * moe_tp} is not divisible by tp = {tp}; pass --dp explicitly")

@@ -1,6 +1,6 @@
 """`simulate`: one deployment serving a request stream, step-exact (the package doc).
 
-Builds each pool's instances (layout checked and priced by `moesim.engine.estimate.estimate_step`,
+Builds each pool's instances (layout checked and priced by `moesim.engine.step.estimate_step`,
 the one evaluation path, through `moesim.simulate.engine_calls`), their cost surfaces (`surface.build`), their KV pools (the memory model:
 what is left of the GPU after weights, activations, buffers and the reserve, in tokens) and the
 engine's rules (`moesim.simulate.engines`: the engine's serving profile), then runs the events.

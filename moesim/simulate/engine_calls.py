@@ -2,18 +2,18 @@
 `moesim.engine` goes through this module, and the `Pricing` settings become the engine's keywords
 here as one `pricing=`.
 
-* `estimate_pass`: one pass of a deployment, its layout checked (`moesim.engine.estimate.estimate_step`);
+* `estimate_pass`: one pass of a deployment, its layout checked (`moesim.engine.step.estimate_step`);
 * `price_passes`: a grid of pass shapes (`moesim.engine.pricing.evaluate_grid`);
 * `default_comm`, `prefill_overlap`, `resolve_specs`: the engine's defaults and spec resolution.
 """
 
 from __future__ import annotations
 
-from moesim.engine.estimate import EstimateResult, estimate_step
 from moesim.engine.evaluate import default_comm
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.engine.serving import prefill_overlap
 from moesim.engine.settings import Pricing
+from moesim.engine.step import EstimateResult, estimate_step
 
 
 def estimate_pass(model, hardware, pricing: Pricing, **step) -> EstimateResult:

@@ -105,7 +105,7 @@ def _collective(hw: HardwareSpec, op: str, gpus, nbytes) -> OpWork:
 
 @dataclass(frozen=True, kw_only=True)
 class KernelFlags:
-    """The shape flags of `moesim kernel` (None: not given); which ones an op needs: kernel_work."""
+    """The shape flags of `moesim kernel` (None: not given); which ones an op needs: kernel_op."""
 
     m: float | None = None  # GEMM rows (grouped: rows per group)
     n: float | None = None  # output columns
@@ -123,14 +123,14 @@ class KernelFlags:
     nbytes: float | None = None  # collective message bytes
 
 
-def kernel_work(model: ModelSpec, hw: HardwareSpec, op: str, **flags) -> OpWork:
+def kernel_op(model: ModelSpec, hw: HardwareSpec, op: str, **flags) -> OpWork:
     """The OpWork of one kernel from shape flags (KernelFlags; arrays of one element). Ops: gemm (m, n,
     k), grouped_gemm (m, n, k, groups, layout), mla_decode / mla_prefill (batch, q_len, context,
     heads), dispatch / combine (ep, tokens, mode), all_reduce / all_gather (gpus, nbytes)."""
     known = {f.name for f in fields(KernelFlags)}
     if set(flags) - known:
         bad = ", ".join(sorted(set(flags) - known))
-        raise ConfigError(f"kernel_work: unknown shape flag(s) {bad}; allowed: {', '.join(sorted(known))}")
+        raise ConfigError(f"kernel_op: unknown shape flag(s) {bad}; allowed: {', '.join(sorted(known))}")
     f = KernelFlags(**flags)
     for name in ("q_len", "heads", "groups"):
         if getattr(f, name) is not None:

@@ -14,7 +14,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.report.launch import launch_commands
 
 SHAPES = [(8, 1, 8, 1), (1, 8, 8, 1), (8, 1, 1, 8), (2, 4, 8, 1), (1, 16, 16, 1), (1, 32, 32, 1)]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.schedule.schemes import SCHEMES, TWO_BATCH, _simulate, layer_chain, layer_period
 from tests.property.test_schedules import _costs, comm_st, times_st
 

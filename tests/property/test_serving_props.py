@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from moesim import workload as W
 from moesim.engine import scheduler as S
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.engine.serving import serve
 from moesim.engine.settings import Pricing
@@ -150,7 +150,7 @@ def test_engine_selects_the_scheduler():
 def test_scheduler_closed_forms_by_hand():
     """One DP group, hand-checkable: open loop, prefill-priority: u = lam ISL D / T; TPOT = t_d / (1 - u);
     W = (u D + busy t_d) / 2 / (1 - u); TTFT = W + D."""
-    p = S.Prices(np.array([0.01]), np.array([0.1]), np.array([1000.0]), np.array([8192.0]), np.array([1.0]), False)
+    p = S.PassTimes(np.array([0.01]), np.array([0.1]), np.array([1000.0]), np.array([8192.0]), np.array([1.0]), False)
     lam = 2.0
     sol = S.solve(p, 1000.0, 100.0, rate=lam)
     u = lam * 0.1
@@ -164,8 +164,8 @@ def test_scheduler_closed_forms_by_hand():
 def test_dp_lock_step_interrupts_more():
     """Same passes, the DP ranks in lock step: every rank's prefill holds the others, so a
     decoding request sees more interruptions (TPOT up) and as many passes of its own (TTFT up)."""
-    p1 = S.Prices(np.array([0.02]), np.array([0.05]), np.array([512.0]), np.array([512.0]), np.array([1.0]), False)
-    p8 = S.Prices(p1.t_d, p1.D, p1.T, p1.budget, p1.a, False, np.array([8.0]))
+    p1 = S.PassTimes(np.array([0.02]), np.array([0.05]), np.array([512.0]), np.array([512.0]), np.array([1.0]), False)
+    p8 = S.PassTimes(p1.t_d, p1.D, p1.T, p1.budget, p1.a, False, np.array([8.0]))
     one, eight = (S.solve(p, 2000.0, 500.0, rate=0.5) for p in (p1, p8))
     assert eight.tpot_s[0] > one.tpot_s[0] and eight.ttft_s[0] >= one.ttft_s[0]
     assert eight.any_share[0] == pytest.approx(1 - (1 - one.u[0]) ** 8)
@@ -184,9 +184,9 @@ def test_wait_p90_is_the_mm1_quantile():
 def test_ttft_p90_monotone_in_load():
     """p90 TTFT >= the prompt's own passes and never falls as the load rises: open loop over the
     request rate (fixed passes) and closed loop over the concurrency (passes re-priced)."""
-    p = S.Prices(np.full(6, 0.02), np.full(6, 0.08), np.full(6, 1000.0), np.full(6, 8192.0), np.ones(6), False)
+    p = S.PassTimes(np.full(6, 0.02), np.full(6, 0.08), np.full(6, 1000.0), np.full(6, 8192.0), np.ones(6), False)
     rates = np.array([0.01, 0.5, 1.0, 2.0, 4.0, 6.0])
-    sols = [S.solve(S.Prices(p.t_d[:1], p.D[:1], p.T[:1], p.budget[:1], p.a[:1], False), 1000.0, 200.0, rate=r)
+    sols = [S.solve(S.PassTimes(p.t_d[:1], p.D[:1], p.T[:1], p.budget[:1], p.a[:1], False), 1000.0, 200.0, rate=r)
             for r in rates]  # fmt: skip
     p90 = np.array([s.ttft_p90_s[0] for s in sols])
     assert all(s.stable[0] for s in sols)

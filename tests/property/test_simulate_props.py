@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.simulate.core import simulate
 from moesim.simulate.options import options
 from moesim.simulate.requests import Workload

@@ -9,7 +9,7 @@ import pytest
 from moesim.calibration.fit.act_quant import STAND_IN_NOTE, act_quant_model, quant_seconds
 from moesim.calibration.fit.gemm import WAVES_NAMES, WavesData, act_quant_in_rows, fit_waves
 from moesim.calibration.fit.peaks import Peaks
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.perf.profile import load_profile
 from moesim.specs import load_hardware
 
@@ -147,7 +147,7 @@ def test_shipped_gemm_plus_its_input_quant_is_the_measured_linear_op(engine):
     from moesim.enums import CostMode
     from moesim.perf.kernel import price_kernel
     from moesim.specs.loader import data_root
-    from moesim.workload.kernels import kernel_work
+    from moesim.workload.kernels import kernel_op
 
     model, hw = resolve_specs("deepseek-v3", "h200", None)
     prof = load_profile(hw, engine=engine)
@@ -157,7 +157,7 @@ def test_shipped_gemm_plus_its_input_quant_is_the_measured_linear_op(engine):
     rows = rows[(rows.dtype == "fp8_block") & (rows.exclude == "")].sample(40, random_state=0)
     err, share = [], []
     for r in rows.itertuples():
-        res = price_kernel(kernel_work(model, hw, "gemm", m=r.m, n=r.n, k=r.k), model, hw, CostMode.CALIBRATED, prof)
+        res = price_kernel(kernel_op(model, hw, "gemm", m=r.m, n=r.n, k=r.k), model, hw, CostMode.CALIBRATED, prof)
         err.append(abs((res["time_s"] + res["input_quant_s"]) / r.time_s - 1.0))
         share.append(res["input_quant_s"] / r.time_s)
     assert np.median(err) < 0.02 and np.percentile(err, 90) < 0.05

@@ -13,7 +13,7 @@ from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.comm_deepep import NAMES, fit_deepep_v2
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.routing import deepep_logical_copies
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.errors import CalibrationError
 from moesim.perf.collectives import (
     custom_ar_terms,
@@ -117,13 +117,13 @@ def test_cost_model_drops_the_host_floor_for_graphed_ll_calls_only():
     dispatch waits on the host), not LL calls replayed in a CUDA graph."""
     from moesim.api import resolve_specs
     from moesim.perf.cost import CostModel
-    from moesim.workload.kernels import kernel_work
+    from moesim.workload.kernels import kernel_op
 
     prof = _profile_with({m: {"dispatch": _v2(host_us=400.0)} for m in ("deepep-ll", "deepep-normal")})
     mdl, hw = resolve_specs("deepseek-v3", "h200")
 
     def t(mode, graphs):
-        op = kernel_work(mdl, hw, "dispatch", ep=8, tokens=16, mode=mode)
+        op = kernel_op(mdl, hw, "dispatch", ep=8, tokens=16, mode=mode)
         return float(np.ravel(CostModel(hw, mdl, "calibrated", prof, cuda_graphs=graphs).cost(op).time_s)[0])
 
     assert t("deepep-ll", True) < 300e-6 and t("deepep-ll", False) == pytest.approx(400e-6)

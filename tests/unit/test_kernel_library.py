@@ -13,7 +13,7 @@ from moesim.perf import collectives as C
 from moesim.perf import kernel as K
 from moesim.perf.cost import CostModel
 from moesim.perf.profile.reader import load_profile
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 from tests.conftest import ROOT, run_cli
 
 CAP = 16777216.0  # h200.sglang.yaml collectives.all_reduce.custom.SGLang_CustomAllReduce_graph.max_bytes
@@ -28,7 +28,7 @@ def _price(library, nbytes, gpus=8, mode=CostMode.CALIBRATED, op="all_reduce"):
     mdl, hw = _specs()
     prof = load_profile_for(hw, Pricing.of(cost_mode=mode, engine="sglang"))[0]
     engine_prof = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine="sglang"))[0]
-    w = kernel_work(mdl, hw, op, gpus=gpus, nbytes=nbytes)
+    w = kernel_op(mdl, hw, op, gpus=gpus, nbytes=nbytes)
     return K.price_collective(w, mdl, hw, mode, prof, library, backends_profile=engine_prof, engine="sglang")
 
 
@@ -73,7 +73,7 @@ def test_auto_is_what_every_command_prices(mode, gpus, nbytes, op):
     """library auto = price_kernel (CostModel), in both paths (timed entry; roofline ring / one-shot)."""
     mdl, hw = _specs()
     prof = load_profile_for(hw, Pricing.of(cost_mode=mode, engine="sglang"))[0]
-    w = kernel_work(mdl, hw, op, gpus=gpus, nbytes=nbytes)
+    w = kernel_op(mdl, hw, op, gpus=gpus, nbytes=nbytes)
     ref = K.price_kernel(w, mdl, hw, mode, prof)
     got = K.price_collective(w, mdl, hw, mode, prof, "auto")
     for k in ("time_s", "bytes", "roofline_time_s"):
@@ -87,13 +87,13 @@ def test_untimed_path_matches_cost_model_with_a_profile_without_collectives():
     prof = load_profile(hw, path=ROOT / "calibration/profiles/h200.yaml")
     assert not K._timed(prof, "all_reduce")
     for gpus, nbytes in ((8, 1e4), (8, LARGE), (16, SMALL)):
-        w = kernel_work(mdl, hw, "all_reduce", gpus=gpus, nbytes=nbytes)
+        w = kernel_op(mdl, hw, "all_reduce", gpus=gpus, nbytes=nbytes)
         ref = float(np.ravel(CostModel(hw, mdl, CostMode.CALIBRATED, prof).cost(w).time_s)[0])
         assert K.price_collective(w, mdl, hw, CostMode.CALIBRATED, prof, "auto")["time_s"] == pytest.approx(
             ref, rel=1e-12
         )
     # no fitted collectives: the custom all-reduce's size limit is unknown, so custom is priced (one-shot) and said so
-    w = kernel_work(mdl, hw, "all_reduce", gpus=8, nbytes=LARGE)
+    w = kernel_op(mdl, hw, "all_reduce", gpus=8, nbytes=LARGE)
     r = K.price_collective(w, mdl, hw, CostMode.CALIBRATED, prof, "custom")
     assert r["custom_backends"] is None and r["algorithm"] == "custom one-shot"
     assert any("max_bytes unknown" in n for n in r["library_notes"])
@@ -120,7 +120,7 @@ def test_cli_json_fields_and_flag_is_read():
 def test_switch_points_are_where_the_algorithm_changes():
     mdl, hw = _specs()
     prof = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED, engine="sglang"))[0]
-    w = kernel_work(mdl, hw, "all_reduce", gpus=8, nbytes=SMALL)
+    w = kernel_op(mdl, hw, "all_reduce", gpus=8, nbytes=SMALL)
     sw = K.algorithm_switches(w, mdl, hw, CostMode.CALIBRATED, prof, "nccl")
     assert [s["to"] for s in sw] == ["nccl LL128", "nccl Simple", "nccl NVLS"]
     for s in sw:

@@ -16,7 +16,7 @@ from moesim.perf.fused_moe import fused_op, routed_runs
 from moesim.specs.loader import load_hardware, load_model
 from moesim.workload import build
 from moesim.workload import shapes as S
-from moesim.workload.kernels import OPS, kernel_work
+from moesim.workload.kernels import OPS, kernel_op
 from moesim.workload.ops import OpWork
 
 # the profile keywords of each shape (what the kernel models read: moesim.perf.profile.reader)
@@ -59,7 +59,7 @@ def _ops():
         for phase, comm, ch in ((Phase.DECODE, "deepep-ll", chunk), (Phase.PREFILL, "deepep-normal", None)):
             wl = build(model, hw, _grid(), phase, comm, chunk=ch)
             ops += wl.moe_layer + wl.dense_layer + wl.step + wl.mtp
-    ops += [kernel_work(v3, hw, op, **FLAGS[op]) for op in OPS]
+    ops += [kernel_op(v3, hw, op, **FLAGS[op]) for op in OPS]
     layer = build(v3, hw, _grid(), Phase.DECODE, "deepep-ll").moe_layer
     ops.append(fused_op(v3, [layer[i] for i in routed_runs(layer)[0]]))
     return ops
@@ -98,7 +98,7 @@ def test_an_op_carries_a_shape_of_its_kind():
 def test_kernel_work_rejects_an_unknown_flag():
     hw, model = load_hardware("h200"), load_model("deepseek-v3")
     with pytest.raises(ConfigError, match="unknown shape flag.*contxt.*allowed"):
-        kernel_work(model, hw, "mla_decode", batch=1, contxt=4096)
+        kernel_op(model, hw, "mla_decode", batch=1, contxt=4096)
 
 
 def test_every_shape_round_trips(ops):

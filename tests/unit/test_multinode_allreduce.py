@@ -10,7 +10,7 @@ from moesim.engine.settings import Pricing
 from moesim.enums import CostMode
 from moesim.perf.collectives import inter_node_allreduce_terms
 from moesim.perf.kernel import price_kernel
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 
 MSG = 7168 * 2.0 * 16  # 16 tokens of DeepSeek-V3's BF16 hidden state (a decode step's all-reduce)
 
@@ -19,7 +19,7 @@ def _ar(gpus, nbytes=MSG, cost_mode="calibrated", sets=()):
     m, h = resolve_specs("deepseek-v3", "h100_sxm", list(sets))
     cm = CostMode.parse(cost_mode, "cost_mode")
     prof = load_profile_for(h, Pricing.of(cost_mode=cm, engine="sglang"))[0]
-    return price_kernel(kernel_work(m, h, "all_reduce", gpus=gpus, nbytes=nbytes), m, h, cm, prof)["time_s"]
+    return price_kernel(kernel_op(m, h, "all_reduce", gpus=gpus, nbytes=nbytes), m, h, cm, prof)["time_s"]
 
 
 @pytest.mark.parametrize("cost_mode", ["calibrated", "roofline"])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from moesim.analyses.plan import plan
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.errors import ConfigError
 from moesim.specs.traffic import traffic_from_dict
 

@@ -10,7 +10,7 @@ from moesim.balance import popularity as P
 from moesim.balance.eplb import naive_gpu_load, rebalance_experts
 from moesim.balance.factors import imbalance_factors, resolve_expert_skew
 from moesim.balance.imbalance import expert_rank_imbalance, skew_shares
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.engine.pricing import resolve_specs
 from moesim.errors import SpecError
 from moesim.grid.core import Grid

@@ -16,7 +16,7 @@ from moesim.enums import CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
 from moesim.specs.loader import data_root
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 from tests.conftest import ROOT, run_cli
 
 CASES = ROOT / "validation" / "h800_kernel_cases.yaml"
@@ -58,7 +58,7 @@ def _write_case(tmp_path, rows, kernel_rows, tol=0.2):
 def _predicted_gemm_s(m, n, k):
     model, hw = resolve_specs("deepseek-v3", "h800", None)
     prof, _ = load_profile_for(hw, Pricing.of(cost_mode=CostMode.CALIBRATED))
-    return price_kernel(kernel_work(model, hw, "gemm", m=m, n=n, k=k), model, hw, CostMode.CALIBRATED, prof)["time_s"]
+    return price_kernel(kernel_op(model, hw, "gemm", m=m, n=n, k=k), model, hw, CostMode.CALIBRATED, prof)["time_s"]
 
 
 def test_a_row_is_priced_and_a_miss_stays_visible(tmp_path):

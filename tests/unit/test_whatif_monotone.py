@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.enums import CommMode, CostMode
 
 BASE = dict(model="deepseek-v3", hardware="h100_sxm", ep=128, dp=128, batch=64, context=4000, overlap="serial")

@@ -1,6 +1,6 @@
 """`estimate --set`: a what-if that moves nothing says so (and why); one that moves the answer does not."""
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.engine.whatif import inert_whatif_notes
 
 BASE = {"model": "deepseek-v3", "hardware": "h800", "ep": 144, "redundant_experts": 32, "batch": 64}

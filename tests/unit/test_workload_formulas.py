@@ -12,7 +12,7 @@ from moesim.specs.loader import load_hardware, load_model
 from moesim.workload import build
 from moesim.workload.attention import mla_decode_work, mla_prefill_work
 from moesim.workload.comm import a2a_copies, a2a_network_bytes, dispatch_bytes_per_token
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 from moesim.workload.ops import Operands, act_elem_bytes, gemm, matmul_work, weight_elem_bytes
 
 
@@ -102,7 +102,7 @@ def test_kernel_prices_the_workload_all_to_all(v3, mode):
     t = 32 * 2.0  # requests x q_len per GPU (tp 1)
     for name in ("dispatch", "combine"):
         op = next(o for o in wl.moe_layer if o.name == name)
-        k = kernel_work(m, h, name, ep=16, tokens=t, mode=mode)
+        k = kernel_op(m, h, name, ep=16, tokens=t, mode=mode)
         assert np.allclose(k.net_bytes_rdma, op.net_bytes_rdma, rtol=1e-12)
         assert np.allclose(k.net_bytes_nvlink, op.net_bytes_nvlink, rtol=1e-12)
 

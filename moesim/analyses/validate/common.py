@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.engine.phases import estimate
+from moesim.engine.estimate import estimate
 from moesim.engine.pricing import evaluate_grid, resolve_specs
 from moesim.engine.settings import Pricing
 from moesim.errors import SpecError

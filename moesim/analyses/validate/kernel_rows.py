@@ -1,6 +1,6 @@
 """`kernel_rows` cases: published kernel rows of a measurement CSV (DeepGEMM / FlashMLA / DeepEP
 README figures, ids DG-xxx, FMLA-xxx, DEP-xxx in the row's `source`) priced by `moesim kernel`'s
-machinery (workload.kernels.kernel_work + perf.kernel.price_kernel) on a GPU's profile for an engine.
+machinery (workload.kernels.kernel_op + perf.kernel.price_kernel) on a GPU's profile for an engine.
 
     kernel_rows:
       file: calibration/measurements/h800/gemm.csv   # relative to the data root
@@ -27,7 +27,7 @@ from moesim.enums import DEFAULT_ENGINE, CostMode
 from moesim.errors import SpecError
 from moesim.perf.kernel import price_kernel
 from moesim.specs.data import data_root, find_data
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 
 ROW_ID = re.compile(r"\b([A-Z]{2,6}-\d{3})\b")
 MODES = {"ll": "deepep-ll", "normal": "deepep-normal"}
@@ -118,7 +118,7 @@ def run_kernel_rows(case) -> list[Check]:
     mode = CostMode.CALIBRATED if prof is not None else CostMode.ROOFLINE
 
     def price(op, shape):
-        return price_kernel(kernel_work(model, hw, op, **shape), model, hw, mode, prof)
+        return price_kernel(kernel_op(model, hw, op, **shape), model, hw, mode, prof)
 
     checks = []
     for rid, row in select_rows(spec, f"{case.raw.get('_file', '')}: {case.id}"):

@@ -35,7 +35,7 @@ from moesim.metrics.economics import economics_report
 from moesim.perf.cost import CostModel
 from moesim.schedule.schemes import SCHEMES
 from moesim.specs.traffic import traffic_from_dict
-from moesim.workload.kernels import kernel_work
+from moesim.workload.kernels import kernel_op
 
 PLAN_INPUT_KEYS = (
     "input_tokens",
@@ -132,7 +132,7 @@ def run_kernel(c: Case) -> list[Check]:
     prof, _ = load_profile_for(h, Pricing.of(cost_mode=mode, engine=k.pop("engine", DEFAULT_ENGINE)))
     op = k.pop("op")
     shape = {kk: num(vv) if kk not in ("layout", "mode") else vv for kk, vv in k.items()}
-    cost = CostModel(h, m, mode, prof).cost(kernel_work(m, h, op, **shape))
+    cost = CostModel(h, m, mode, prof).cost(kernel_op(m, h, op, **shape))
     checks = []
     for key, v in c.expect.items():
         pred = float(np.ravel(cost.time_s)[0]) * (1e6 if key.endswith("_us") else 1.0)
