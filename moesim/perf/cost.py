@@ -172,8 +172,10 @@ class CostModel:
             t.launch = max(t.launch, self.hw.kernel_launch_eager_s)
         return t
 
-    # ------------------------------------------------------------------ collectives
-    def comm(self, op: OpWork, comm_mode: str = "") -> OpCost:
+    # ------------------------------------------------------------------ the network stream
+    def network(self, op: OpWork) -> OpCost:
+        """An op of the network stream: an all-to-all (dispatch / combine; its backend is the `comm`
+        mode on the op's shape) or a collective (all-reduce / all-gather), alpha-beta per link class."""
         hw = self.hw
         rdma = np.asarray(op.net_bytes_rdma, float)
         nvl = np.asarray(op.net_bytes_nvlink, float)
@@ -284,7 +286,7 @@ class CostModel:
         if fused_call(self, op):  # one fused MoE call (moesim.perf.fused_moe): on the kernel's own work
             c = price_call(self, op)
         else:
-            c = self.comm(op) if op.stream == Stream.COMM else self.kernel(op)
+            c = self.network(op) if op.stream == Stream.COMM else self.kernel(op)
         c.tags = op.tags
         return c
 
