@@ -23,6 +23,7 @@ from pathlib import Path
 from moesim.engine.estimate import estimate
 from moesim.errors import ConfigError
 from moesim.specs.data import data_root, data_roots
+from moesim.specs.loader import gpu_key
 
 COMM_KERNELS = {"deepep", "pplx", "nccl", "all_to_all", "all_reduce", "all_gather", "dispatch", "combine"}
 
@@ -58,7 +59,7 @@ def measurements_dir(hw_name: str) -> Path:
     """calibration/measurements/<gpu>/ for a hardware name ('h100-sxm' -> h100_sxm/): the user root's
     ($MOESIM_DATA, where `calibrate run` writes) when it has one, else the shipped one."""
     for base in (r / "calibration" / "measurements" for r in data_roots()):
-        for cand in (hw_name, hw_name.replace("-", "_"), hw_name.lower().replace("-", "_")):
+        for cand in dict.fromkeys((hw_name, hw_name.replace("-", "_"), gpu_key(hw_name))):
             if (base / cand).is_dir():
                 return base / cand
     return data_root() / "calibration" / "measurements" / hw_name.replace("-", "_")

@@ -23,6 +23,13 @@ from moesim.specs.schema import build
 from moesim.specs.yamlio import load_yaml
 
 
+def gpu_key(name) -> str:
+    """A GPU name as the calibration files spell it (their stems): 'H100-SXM ' -> 'h100_sxm'. The one
+    normalisation of GPU names for profiles, measurements and fits (the catalog's `_resolve` takes
+    either spelling)."""
+    return str(name or "").strip().lower().replace("-", "_")
+
+
 def catalog(kind: str) -> dict[str, Path]:
     """name -> YAML file of `kind` (models, hardware): the shipped catalog, then the user root's
     (`$MOESIM_DATA/<kind>/*.yaml`), a user entry replacing a shipped one of the same name."""
