@@ -93,7 +93,7 @@ def score_moe(prof: Profile, df: pd.DataFrame) -> list[tuple]:
         g = rows[(rows.backend == be) & (rows.dtype == dt) & (rows.layout == lay)].reset_index(drop=True)
         if not len(g):
             continue
-        shape = {**fit_shape(g, "moe"), "layout": lay, "dtype": dt}
+        shape = {**fit_shape(g, "moe", dt or "fp8", v.get("model_keys")), "layout": lay, "dtype": dt}
         t = np.asarray(_one_variant(prof, "moe", v).kernel_time("moe", **shape), float)
         out.append(("moe", f"{be} {dt} {lay}", t, g.time_s.to_numpy(float), g.tokens.to_numpy(float) <= SMALL_TOKENS))
     return out

@@ -5,7 +5,7 @@ TRT-LLM's MoE (tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py Cutlas
 DeepGemmFusedMoE on Blackwell) runs the routed experts as one op, torch.ops.trtllm.fused_moe:
 expandInputRowsKernel (permute + FP8 quant of the token rows), grouped GEMM 1 (gate/up), the SwiGLU
 + FP8 requant, grouped GEMM 2 (down) and finalizeMoeRouting (un-permute, top-k weighted sum). The
-engine's measured table (aiconfigurator collector/trtllm/collect_moe.py; moe_perf, backend
+engine's measured table (aiconfigurator's TRT-LLM MoE collector; moe_perf, backend
 moe_torch_flow_cutlass) times that op, so its fitted entry (physics x measured residual) prices the
 whole call. The workload (moesim.workload.ffn.routed_experts) emits the parts as separate ops
 ([experts_permute,] experts_gate_up, experts_act, experts_down): pricing them one by one from the
