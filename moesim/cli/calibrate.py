@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from moesim.calibration.runners import backends as B
-from moesim.calibration.runners.harness import SHAPE_PRESETS
+from moesim.calibration.runners.harness import SHAPE_PRESETS, Timing
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.cli.progress import Activity
 from moesim.errors import CalibrationError
@@ -95,13 +95,11 @@ def run_kernel(
         b,
         dev,
         Path(out),
-        quick=quick,
         shapes=shapes,
-        preset=preset,
+        preset=preset or ("quick" if quick else "default"),
         machine=machine,
         progress=progress,
-        warmup=warmup,
-        repeats=repeats,
+        timing=Timing(warmup, repeats),
     )
     echo(
         f"{kernel}: {res.written} rows written, {res.skipped_existing} already in {out} ({b} on {dev}, "
