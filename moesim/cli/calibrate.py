@@ -258,11 +258,11 @@ def derive_cmd(
     force: bool = typer.Option(False, "--force", help="derive across SM generations anyway (not recommended)"),
 ):
     """A sibling GPU's profile: the source's efficiencies and latencies, the target's peaks and links."""
-    from moesim.calibration.fit.derive import derive  # lazy: pandas + scipy (CLI start-up time)
+    from moesim.calibration.fit.derive import derive_file  # lazy: pandas + scipy (CLI start-up time)
 
     rel = Path("calibration") / "profiles" / source
     src = source if source.exists() or "/" in str(source) else find_data(rel) or data_root() / rel
-    prof = derive(src, gpu, out=out, force=force)
+    prof = derive_file(src, gpu, out=out, force=force)
     n = len(prof["derived"])
     typer.echo(f"derived {n} entries of {prof['derived_from']} for {prof['gpu']} ({prof.get('engine') or 'generic'})")
 

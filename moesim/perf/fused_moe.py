@@ -32,7 +32,7 @@ import dataclasses
 import numpy as np
 
 from moesim.enums import BoundCode, CostMode, OpKind, Stream, Tag
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 from moesim.workload.ops import OpWork
 
 FUSED = "fused"
@@ -69,7 +69,7 @@ def routed_runs(ops: list[OpWork]) -> list[list[int]]:
 
 
 def fused_shape(model, up: OpWork, down: OpWork) -> dict:
-    """The `moe` shape (moesim.perf.profile.work.kernel_work) of the call whose gate/up and down
+    """The `moe` shape (moesim.perf.profile.work.family_work) of the call whose gate/up and down
     grouped GEMMs are `up` and `down`: tokens, hidden, n (the expert width), experts, topk, ep, tp
     (expert TP), active (the workload's touched local slots), layout fused."""
     s = up.shape
@@ -129,12 +129,12 @@ def fused_call(cm, op: OpWork) -> bool:
 
 def price_call(cm, op: OpWork):
     """cm's cost of one fused MoE call `op` (shape: kernel_family "moe" and fused_shape's keys),
-    priced on the kernel's own work (moesim.perf.profile.work.kernel_work of its shape): the
+    priced on the kernel's own work (moesim.perf.profile.work.family_work of its shape): the
     entry's efficiencies are relative to that work, so the call's time is the fitted call's (x its
     measured residual) and never moves with the workload's byte conventions (FP8 scales, the permute
     pass a fused call does not run separately); the reported FLOPs and bytes stay the op's."""
     dtype = str(getattr(op.dtype, "value", op.dtype)).lower()
-    F, b_in, b_out, _ = kernel_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape, "dtype": dtype})
+    F, b_in, b_out, _ = family_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape, "dtype": dtype})
     shape = np.broadcast(np.asarray(op.flops, float), np.asarray(op.bytes_total, float), F, b_in).shape
     work = dataclasses.replace(
         op,

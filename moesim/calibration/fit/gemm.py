@@ -21,13 +21,13 @@ from moesim.calibration.fit import moe_tables as MT
 from moesim.calibration.fit import moe_work as MW
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
-from moesim.calibration.fit.data import sources_text
+from moesim.calibration.fit.data import sources_text, usable_rows
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.models import stream_v1
 from moesim.perf.models.waves_v1 import parts_time
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_TILING, family_work, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -242,13 +242,13 @@ def fit_waves(
 
 class StreamData:
     """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) for the quant pass,
-    m k 2 for compute_scale (an amax pass), m (3 k + 4) for dynamic_per_token (work.kernel_work)."""
+    m k 2 for compute_scale (an amax pass), m (3 k + 4) for dynamic_per_token (work.family_work)."""
 
     def __init__(self, d: pd.DataFrame, peaks: Peaks, op: str = ""):
         self.family, self.d, self.dtype = "quant", d, "fp8"
         self.t = d.time_s.values.astype(float)
         self.bw = peaks.hbm_Bps
-        self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
+        self.nbytes = family_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
 
     def predict(self, p, idx):
         return stream_v1.stream_time(self.nbytes[idx], self.bw, stream_v1.as_params(p))
@@ -353,7 +353,7 @@ def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: l
     """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none. quant
     first: linear-op GEMM rows are fitted less their input quant (act_quant_model: this quant fit, else
     the stand-in from `elementwise`, the entry the step prices the engine's quant op with)."""
-    timed = df[(df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
+    timed = usable_rows(df)
     out = {}
     for family in ("quant", "gemm", "moe"):
         d = timed[timed.kernel == family]

@@ -9,6 +9,7 @@ import numpy as np
 from moesim.perf import efficiency as E
 from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.deepgemm_layout_sm100 import sm100_fp8_layout
+from moesim.perf.profile.variants import base_dtype
 from moesim.perf.triton_moe import TRITON_FUSED_MOE, fused_moe_ctas, fused_moe_tiles
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
@@ -62,7 +63,7 @@ def _weights(shape: dict):
     return None if a is None else np.minimum(np.asarray(a, float), np.asarray(_groups(shape), float))
 
 
-def kernel_work(family: str, dtype: str, sms, shape: dict):
+def family_work(family: str, dtype: str, sms, shape: dict):
     """(F, B_in, B_out, CTAs per SM) of `family` (GEMMs: m, n, k, groups (or batch; 1 by default),
     tile_pad, active; MLA decode: batch, q_len, heads, context; moe: tokens, hidden, n, experts, topk, ep,
     tp, layout and the optional work columns pairs, active, tile_pad, zero_rows, block_m_min (moe_rows,
@@ -252,6 +253,5 @@ def triton_moe_parts(dtype: str, shape: dict):
 
 def peak_flops(flops: dict, dtype) -> float:
     """Dense peak (FLOP/s) of `dtype` from a {dtype: FLOP/s} table: bf16's, or the largest, when absent."""
-    d = str(getattr(dtype, "value", dtype) or "fp8").lower()
-    d = {"fp8_block": "fp8", "bfloat16": "bf16"}.get(d, d)
+    d = base_dtype(getattr(dtype, "value", dtype) or "fp8")
     return float(flops.get(d) or flops.get("bf16") or max(flops.values()))
