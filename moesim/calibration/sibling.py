@@ -30,7 +30,7 @@ from moesim.calibration.fit import act_quant as AQ
 from moesim.calibration.fit.collectives import CollRows
 from moesim.calibration.fit.comm import a2a_data
 from moesim.calibration.fit.comm_deepep import DeepEPRows
-from moesim.calibration.fit.data import load_measurements
+from moesim.calibration.fit.data import load_measurements, usable, usable_rows
 from moesim.calibration.fit.derive import derive_profile
 from moesim.calibration.fit.gemm import _shape_of as fit_shape
 from moesim.calibration.fit.peaks import Peaks
@@ -65,8 +65,7 @@ def _one_variant(prof: Profile, family: str, v: dict) -> Profile:
 
 
 def _usable(df: pd.DataFrame, kernel: str) -> pd.DataFrame:
-    ok = (df.kernel == kernel) & (df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)
-    return df[ok].reset_index(drop=True)
+    return usable_rows(df, kernel).reset_index(drop=True)
 
 
 def score_gemm(prof: Profile, df: pd.DataFrame, peaks: Peaks) -> list[tuple]:
@@ -93,7 +92,7 @@ def score_moe(prof: Profile, df: pd.DataFrame) -> list[tuple]:
         g = rows[(rows.backend == be) & (rows.dtype == dt) & (rows.layout == lay)].reset_index(drop=True)
         if not len(g):
             continue
-        shape = {**fit_shape(g, "moe"), "layout": lay, "dtype": dt}
+        shape = {**fit_shape(g, "moe", dt or "fp8", v.get("model_keys")), "layout": lay, "dtype": dt}
         t = np.asarray(_one_variant(prof, "moe", v).kernel_time("moe", **shape), float)
         out.append(("moe", f"{be} {dt} {lay}", t, g.time_s.to_numpy(float), g.tokens.to_numpy(float) <= SMALL_TOKENS))
     return out
@@ -152,7 +151,7 @@ def score_collectives(prof: Profile, df: pd.DataFrame, peaks: Peaks) -> list[tup
         e = prof.collectives.get(op)
         if e is None:
             continue
-        d = df[(df.kernel == f"nccl_{op}") & (df.exclude == "") & np.isfinite(df.time_s) & (df.ep > 1)]
+        d = df[usable(df, f"nccl_{op}", positive=False) & (df.ep > 1)]
         d = d[d.backend == e.get("backend")]
         if op == "all_reduce":
             d = d[d.dtype.isin(("fp16", "bf16"))]

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from moesim.calibration.runners import backends as B
-from moesim.calibration.runners.harness import SHAPE_PRESETS
+from moesim.calibration.runners.harness import SHAPE_PRESETS, Timing
 from moesim.calibration.runners.harness import run_kernel as _run
 from moesim.cli.progress import Activity
 from moesim.errors import CalibrationError
@@ -107,13 +107,11 @@ def run_kernel(
         b,
         dev,
         Path(out),
-        quick=quick,
         shapes=t.shapes,
-        preset=preset,
+        preset=preset or ("quick" if quick else "default"),
         machine=machine,
         progress=t.progress,
-        warmup=t.warmup,
-        repeats=t.repeats,
+        timing=Timing(t.warmup, t.repeats),
     )
     echo(
         f"{kernel}: {res.written} rows written, {res.skipped_existing} already in {out} ({b} on {dev}, "
@@ -272,11 +270,11 @@ def derive_cmd(
     force: bool = typer.Option(False, "--force", help="derive across SM generations anyway (not recommended)"),
 ):
     """A sibling GPU's profile: the source's efficiencies and latencies, the target's peaks and links."""
-    from moesim.calibration.fit.derive import derive  # lazy: pandas + scipy (CLI start-up time)
+    from moesim.calibration.fit.derive import derive_file  # lazy: pandas + scipy (CLI start-up time)
 
     rel = Path("calibration") / "profiles" / source
     src = source if source.exists() or "/" in str(source) else find_data(rel) or data_root() / rel
-    prof = derive(src, gpu, out=out, force=force)
+    prof = derive_file(src, gpu, out=out, force=force)
     n = len(prof["derived"])
     typer.echo(f"derived {n} entries of {prof['derived_from']} for {prof['gpu']} ({prof.get('engine') or 'generic'})")
 

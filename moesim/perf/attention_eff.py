@@ -253,7 +253,7 @@ def pick_key(family: str, entry: dict, shape: dict):
     return None
 
 
-def pick_variant(family: str, entry: dict, shape: dict) -> dict:
+def variant_params(family: str, entry: dict, shape: dict) -> dict:
     """The params of a fitted mla_v2 entry for a shape (pick_key)."""
     key = pick_key(family, entry, shape)
     return entry["params"] if key is None else entry["variants"][key]["params"]

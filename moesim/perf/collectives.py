@@ -276,22 +276,22 @@ def rdma_node_share(p: dict, nodes):
     return 1.0 / (1.0 + float(p.get("rdma_node_decay", 0.0)) * (nodes - 1.0))
 
 
-def deepep_v2_terms(
-    p: dict,
-    *,
-    tokens,
-    rdma_bytes,
-    nvl_bytes,
-    nodes,
-    experts,
-    ep,
-    msg_bytes,
-    sms,
-    rdma_Bps,
-    nvl_Bps,
-    host_floor=True,
-    queued_s=0.0,
-):
+# the work of one DeepEP call deepep_v2_terms prices (keywords, broadcast arrays): tokens sent, bytes over
+# RDMA and NVLink, nodes spanned, experts, EP ranks and message bytes
+DEEPEP_WORK = ("tokens", "rdma_bytes", "nvl_bytes", "nodes", "experts", "ep", "msg_bytes")
+
+
+def _deepep_work(work: dict) -> dict:
+    """`work` as float arrays, every DEEPEP_WORK keyword present and no other (TypeError naming them)."""
+    missing, unknown = [k for k in DEEPEP_WORK if k not in work], sorted(set(work) - set(DEEPEP_WORK))
+    if missing or unknown:
+        raise TypeError(
+            f"deepep_v2_terms: missing {missing or 'none'}, unknown {unknown or 'none'} (want {DEEPEP_WORK})"
+        )
+    return {k: np.asarray(work[k], float) for k in DEEPEP_WORK}
+
+
+def deepep_v2_terms(p: dict, *, sms, rdma_Bps, nvl_Bps, host_floor=True, queued_s=0.0, **work):
     """(alpha_s, wire_s) of a DeepEP dispatch / combine (model `deepep_v2`, fitted on the H200
     SGLang tables); time = alpha_s + wire_s:
 
@@ -306,19 +306,20 @@ def deepep_v2_terms(
 
     The SM term is the copy engine the kernel is given: `sms` = the normal kernels' num_sms
     (--comm-sms) or the LL kernels' launch (deepep_ll_sms). The q-norm (q >= 1) blends the
-    two limits near their knee (q -> inf: max). Rates in SI units; `p` holds the fitted params."""
-    us = 1e-6
-    nodes = np.maximum(np.asarray(nodes, float), 1.0)
+    two limits near their knee (q -> inf: max). Rates in SI units; `p` holds the fitted params;
+    `work`: the call's DEEPEP_WORK keywords."""
+    w, us = _deepep_work(work), 1e-6
+    nodes = np.maximum(w["nodes"], 1.0)
     alpha = (
         float(p["alpha_us"])
         + float(p["alpha_node_us"]) * np.log2(nodes)
-        + float(p["alpha_expert_us"]) * np.asarray(experts, float) / np.maximum(np.asarray(ep, float), 1.0)
-        + float(p["alpha_kB_us"]) * np.asarray(msg_bytes, float) / 1e3
+        + float(p["alpha_expert_us"]) * w["experts"] / np.maximum(w["ep"], 1.0)
+        + float(p["alpha_kB_us"]) * w["msg_bytes"] / 1e3
     ) * us
     rdma_Bps = rdma_Bps * rdma_node_share(p, nodes)
-    link = a2a_wire_s(rdma_bytes, nvl_bytes, rdma_Bps, nvl_Bps)
-    moved = np.asarray(rdma_bytes, float) + np.asarray(nvl_bytes, float)
-    sm = (np.asarray(tokens, float) * float(p["sm_token_us"]) * us + moved / (float(p["sm_GBps"]) * 1e9)) / np.maximum(
+    link = a2a_wire_s(work["rdma_bytes"], work["nvl_bytes"], rdma_Bps, nvl_Bps)
+    moved = w["rdma_bytes"] + w["nvl_bytes"]
+    sm = (w["tokens"] * float(p["sm_token_us"]) * us + moved / (float(p["sm_GBps"]) * 1e9)) / np.maximum(
         np.asarray(sms, float), 1.0
     )
     q = float(p["q"])

@@ -5,7 +5,7 @@ TRT-LLM's MoE (tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py Cutlas
 DeepGemmFusedMoE on Blackwell) runs the routed experts as one op, torch.ops.trtllm.fused_moe:
 expandInputRowsKernel (permute + FP8 quant of the token rows), grouped GEMM 1 (gate/up), the SwiGLU
 + FP8 requant, grouped GEMM 2 (down) and finalizeMoeRouting (un-permute, top-k weighted sum). The
-engine's measured table (aiconfigurator collector/trtllm/collect_moe.py; moe_perf, backend
+engine's measured table (aiconfigurator's TRT-LLM MoE collector; moe_perf, backend
 moe_torch_flow_cutlass) times that op, so its fitted entry (physics x measured residual) prices the
 whole call. The workload (moesim.workload.ffn.routed_experts) emits the parts as separate ops
 ([experts_permute,] experts_gate_up, experts_act, experts_down): pricing them one by one from the
@@ -32,7 +32,7 @@ import dataclasses
 import numpy as np
 
 from moesim.enums import BoundCode, CostMode, OpKind, Stream, Tag
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 from moesim.workload.ops import OpWork
 from moesim.workload.shapes import FusedMoeShape
 
@@ -70,7 +70,7 @@ def routed_runs(ops: list[OpWork]) -> list[list[int]]:
 
 
 def fused_shape(model, up: OpWork, down: OpWork) -> FusedMoeShape:
-    """The `moe` shape (moesim.perf.profile.work.kernel_work) of the call whose gate/up and down
+    """The `moe` shape (moesim.perf.profile.work.family_work) of the call whose gate/up and down
     grouped GEMMs are `up` and `down`: tokens, hidden, n (the expert width), experts, topk, ep, tp
     (expert TP), active (the workload's touched local slots), layout fused."""
     s = up.shape
@@ -129,12 +129,12 @@ def fused_call(cm, op: OpWork) -> bool:
 
 def price_call(cm, op: OpWork):
     """cm's cost of one fused MoE call `op` (shape: kernel_family "moe" and fused_shape's keys),
-    priced on the kernel's own work (moesim.perf.profile.work.kernel_work of its shape): the
+    priced on the kernel's own work (moesim.perf.profile.work.family_work of its shape): the
     entry's efficiencies are relative to that work, so the call's time is the fitted call's (x its
     measured residual) and never moves with the workload's byte conventions (FP8 scales, the permute
     pass a fused call does not run separately); the reported FLOPs and bytes stay the op's."""
     dtype = str(getattr(op.dtype, "value", op.dtype)).lower()
-    F, b_in, b_out, _ = kernel_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape.as_kwargs(), "dtype": dtype})
+    F, b_in, b_out, _ = family_work(MOE_FAMILY, dtype, cm.hw.sms, {**op.shape.as_kwargs(), "dtype": dtype})
     shape = np.broadcast(np.asarray(op.flops, float), np.asarray(op.bytes_total, float), F, b_in).shape
     work = dataclasses.replace(
         op,

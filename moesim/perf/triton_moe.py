@@ -6,7 +6,7 @@ Source (facts, read from the engines' code; nothing copied):
   (try_get_optimal_moe_config) and vLLM model_executor/layers/fused_moe/fused_moe.py: a tuned JSON
   per (E = w2.shape[0], the rank's local experts; N = w2.shape[2], the expert's intermediate width
   per TP shard; device; dtype) whose batch-size key nearest to M (the tokens entering the layer) is
-  used, else get_default_config. aiconfigurator's SGLang collector (collector/sglang/collect_moe.py,
+  used, else get_default_config. aiconfigurator's SGLang MoE collector (collector/sglang/,
   benchmark) makes the same choice itself and runs both GEMMs of the layer with it (override_config).
 * get_default_config, unquantized (BF16) weights: BLOCK_SIZE_M 16, BLOCK_SIZE_N 32, BLOCK_SIZE_K 64
   when M <= E, else 64 / 64 / 32; FP8 with a [128, 128] weight block: 64 / 128 / 128 (BLOCK_N, K =

@@ -171,7 +171,7 @@ def test_build_profile_writes_an_mla_v2_entry_the_reader_prices(tmp_path):
 def test_mha_variant_is_picked_by_phase_dtype_and_nearest_head_dim():
     e = {"params": {"tag": 0}, "variants": {k: {"params": {"tag": i}} for i, k in enumerate(
         ["generation.bf16.d64", "generation.bf16.d128", "context.bf16.d128", "generation.fp8.d256"])}}  # fmt: skip
-    pick = A.pick_variant
+    pick = A.variant_params
     assert pick("attention", e, {"k": 120.0, "kv_dtype": "bf16"})["tag"] == 1
     assert pick("attention", e, {"k": 64.0, "kv_dtype": "bf16"})["tag"] == 0
     assert pick("attention", e, {"k": 128.0, "kv_dtype": "bf16", "prefill": True})["tag"] == 2

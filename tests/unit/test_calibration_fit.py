@@ -376,7 +376,7 @@ MACHINE = {"gpu": "fake", "sms": 1, "driver": "", "lib_versions": "", "device": 
 
 
 def test_interrupted_run_keeps_previous_rows_and_resume_skips_done_shapes(tmp_path):
-    from moesim.calibration.runners.harness import run_kernel
+    from moesim.calibration.runners.harness import Timing, run_kernel
 
     out = tmp_path / "gemm.csv"
     append_rows_atomic(
@@ -403,14 +403,22 @@ def test_interrupted_run_keeps_previous_rows_and_resume_skips_done_shapes(tmp_pa
             "cpu",
             out,
             machine=MACHINE,
-            timer=lambda f, w, r: 1e-3,
+            timing=Timing(timer=lambda f, w, r: 1e-3),
             progress=False,
         )
     rows = read_csv_rows(out)
     assert out.read_text().startswith(before)  # the earlier content is intact
     assert [r["m"] for r in rows] == ["9", "1", "2"]  # plus the shapes finished before the crash
     calls.clear()
-    res = run_kernel(_fake_spec(calls), "fake", "cpu", out, machine=MACHINE, timer=lambda f, w, r: 2e-3, progress=False)
+    res = run_kernel(
+        _fake_spec(calls),
+        "fake",
+        "cpu",
+        out,
+        machine=MACHINE,
+        timing=Timing(timer=lambda f, w, r: 2e-3),
+        progress=False,
+    )
     assert calls == [3, 4] and res.written == 2 and res.skipped_existing == 2
     assert [r["m"] for r in read_csv_rows(out)] == ["9", "1", "2", "3", "4"]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -1,5 +1,5 @@
 """SGLang's DeepEP-normal contiguous MoE as aiconfigurator's wideep context collector times it
-(moesim.calibration.fit.moe_tables PASSES / HOST_TIMED, moesim.perf.profile.work packed routing):
+(moesim.calibration.fit.moe_tables PASSES / HOST_TIMED, moesim.calibration.fit.moe_work packed routing):
 packed unaligned counts, the permute / unpermute and activation bytes, and the host floor max(host, GPU)."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import moe_tables as MT
+from moesim.calibration.fit.moe_work import packed_touched, work_columns
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf import efficiency as E
 from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
-from moesim.perf.profile.work import CONTIG_BLOCK_M, moe_parts, moe_rows, packed_touched, waves_parts
+from moesim.perf.profile.work import CONTIG_BLOCK_M, moe_parts, moe_rows, waves_parts
 from moesim.specs.loader import load_hardware
 
 DSV3 = dict(hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, tp=1.0)
@@ -39,16 +40,16 @@ def test_packed_counts_touch_one_expert_per_m_block():
     np.testing.assert_allclose(packed_touched([128.0, 1024.0, 8192.0, 100.0], 128.0), [1.0, 8.0, 64.0, 1.0])
     np.testing.assert_allclose(packed_touched(1e6, 2.0), 2.0)
     shape = dict(DSV3, tokens=32.0, ep=2.0)
-    _, balanced, _ = moe_rows({**shape, "routing": "balanced"})
-    _, packed, _ = moe_rows({**shape, "routing": "packed"})
+    _, balanced, _ = moe_rows(work_columns(shape, "balanced", "fp8_block"))
+    _, packed, _ = moe_rows(work_columns(shape, "packed", "fp8_block"))
     assert float(balanced) == 128.0 and float(packed) == 1.0
-    up_in = [moe_parts("fp8_block", {**shape, "routing": r})[0][0][1] for r in ("balanced", "packed")]
+    up_in = [moe_parts("fp8_block", work_columns(shape, r, "fp8_block"))[0][0][1] for r in ("balanced", "packed")]
     assert float(up_in[1]) < float(up_in[0]) / 50.0  # weights of 1 expert, not 128
 
 
 def test_packed_tiles_are_whole_blocks_of_128_rows():
-    shape = {**DSV3, "tokens": np.array([32.0, 4096.0, 65536.0]), "ep": np.array([2.0, 16.0, 4.0]), "routing": "packed"}
-    parts, _ = waves_parts("moe", "fp8_block", 132, shape)
+    shape = {**DSV3, "tokens": np.array([32.0, 4096.0, 65536.0]), "ep": np.array([2.0, 16.0, 4.0])}
+    parts, _ = waves_parts("moe", "fp8_block", 132, work_columns(shape, "packed", "fp8_block"))
     pairs = shape["tokens"] * 8.0 / shape["ep"]
     for part in parts:
         np.testing.assert_array_equal(part[3], CONTIG_BLOCK_M)  # the contiguous layout's BLOCK_M, never 64
@@ -64,11 +65,12 @@ def test_gemm_tiling_bm_min_drops_smaller_tiles():
 
 def test_contiguous_passes_add_their_bytes():
     d = _rows()
-    keys = G._shape_of(d, "moe")
-    assert keys["routing"] == "packed" and keys["pair_bytes"] == 3.0 and keys["token_bytes"] == 3.0
+    keys = G._shape_of(d, "moe", "fp8_block")
+    assert MT.routing(d) == "packed" and keys["pair_bytes"] == 3.0 and keys["token_bytes"] == 3.0
+    assert keys["block_m_min"] == CONTIG_BLOCK_M
     assert MT.pass_keys(_rows("masked")) == {} and not MT.host_timed(_rows("masked"))
-    assert G._shape_of(_rows("masked"), "moe")["routing"] == "balanced"
-    shape = dict(DSV3, tokens=65536.0, ep=4.0, routing="packed")
+    assert MT.routing(_rows("masked")) == "balanced" and "block_m_min" not in G._shape_of(_rows("masked"), "moe")
+    shape = work_columns(dict(DSV3, tokens=65536.0, ep=4.0), "packed", "fp8_block")
     _, base = moe_parts("fp8_block", shape)
     _, more = moe_parts("fp8_block", {**shape, **MT.CONTIGUOUS_PASSES})
     pairs = 65536.0 * 8.0 / 4.0
@@ -77,7 +79,7 @@ def test_contiguous_passes_add_their_bytes():
 
 
 def test_host_floor_is_a_max_not_a_sum():
-    shape = dict(DSV3, ep=np.array([2.0, 4.0]), tokens=np.array([32.0, 65536.0]), routing="packed")
+    shape = work_columns(dict(DSV3, ep=np.array([2.0, 4.0]), tokens=np.array([32.0, 65536.0])), "packed", "fp8_block")
     args = ("moe", "fp8_block", 132, 1979e12, 4.8e12)
     gpu = waves_v1.model_time(*args, P, shape)
     floor = waves_v1.model_time(*args, {**P, "host_us": 400.0}, shape)
@@ -90,14 +92,14 @@ def test_fit_recovers_a_planted_host_floor_and_the_reader_prices_like_the_fit():
     peaks = Peaks.from_hardware(load_hardware("h200"))
     d = _rows()
     true = {**P, "host_us": 380.0}
-    shape = {**G._shape_of(d, "moe"), **MT.CONTIGUOUS_PASSES}
+    shape = {**G._shape_of(d, "moe", "fp8_block"), **MT.CONTIGUOUS_PASSES}
     t = waves_v1.model_time("moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, true, shape)
     d["time_s"] = t * np.random.default_rng(0).uniform(0.98, 1.02, len(d))
     e = G.fit_waves("moe", d, "fp8_block", "deepepmoe", peaks, "h200")
     p = e["params"]
     assert p["host_us"] == pytest.approx(380.0, rel=0.05) and p["pair_bytes"] == 3.0 and p["act_bytes"] == 9.0
     assert e["cv"]["median_abs_pct"] < 3.0
-    # the reader's shape carries no pass keys nor routing: it takes the entry's pass bytes
+    # the fit's shape (work columns and pass keys) priced with the entry's params: the fit's own prediction
     priced = waves_v1.model_time("moe", "fp8_block", peaks.sms, peaks.peak("fp8_block"), peaks.hbm_Bps, p, shape)
     data = G.WavesData("moe", d, "fp8_block", peaks)
     np.testing.assert_allclose(priced, data.predict([p[n] for n in data.names], np.arange(len(d))), rtol=1e-9)

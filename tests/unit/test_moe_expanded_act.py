@@ -9,6 +9,7 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import moe_tables as MT
+from moesim.calibration.fit.moe_work import work_columns
 from moesim.perf.models import waves_v1
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.work import expanded_act_iters
@@ -42,7 +43,7 @@ def test_activation_time_is_the_same_at_every_ep():
     """The expanded-space kernel visits every (token, pick) slot, local or not: its time does not fall with EP."""
     p = {**P, "act_iter_ns": 300.0}
     for ep in (1.0, 8.0, 256.0):
-        shape = dict(LAYER, tokens=16384.0, ep=ep, routing="balanced")
+        shape = work_columns(dict(LAYER, tokens=16384.0, ep=ep), "balanced", "fp8_block")
         base = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, shape)
         more = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, {**shape, "expanded_act": 1.0})
         iters = _iters_brute(16384, 8, 1024, SMS)
@@ -52,7 +53,7 @@ def test_activation_time_is_the_same_at_every_ep():
 def test_the_entry_flag_prices_the_reader_like_the_fit():
     """A fitted entry carries expanded_act (a pass key) and act_iter_ns: the reader's shape gets the flag."""
     p = {**P, "act_iter_ns": 300.0, "expanded_act": 1.0}
-    shape = dict(LAYER, tokens=2048.0, ep=32.0, routing="balanced")
+    shape = work_columns(dict(LAYER, tokens=2048.0, ep=32.0), "balanced", "fp8_block")
     off = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, {**p, "expanded_act": 0.0}, shape)
     on = waves_v1.model_time("moe", "fp8_block", SMS, PEAK, BW, p, shape)
     assert float(on) > float(off)
@@ -103,7 +104,7 @@ def test_fit_recovers_the_iteration_time():
         peaks.peak("fp8_block"),
         peaks.hbm_Bps,
         p,
-        dict(shape, routing="balanced"),
+        work_columns(shape, "balanced", "fp8_block"),
     )
     e = G.fit_waves("moe", d, "fp8_block", MONO, peaks, "b200")
     assert e["params"]["expanded_act"] == 1.0

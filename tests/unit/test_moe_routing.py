@@ -1,6 +1,7 @@
-"""The workloads behind the measured fused-MoE tables (moesim.perf.profile.work): the aiconfigurator
-collector's rank-0 workload with remote picks clamped to expert 0 (sglang Triton) and vLLM's
-expert_map rows that write zeros; the fit picks them by backend (moesim.calibration.fit.gemm)."""
+"""The workloads behind the measured fused-MoE tables, as work columns (moesim.calibration.fit.moe_work)
+priced by moesim.perf.profile.work: the aiconfigurator collector's rank-0 workload with remote picks
+clamped to expert 0 (sglang Triton) and vLLM's expert_map rows that write zeros; the fit picks them by
+backend (moesim.calibration.fit.moe_tables.routing)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,23 @@ import pandas as pd
 import pytest
 
 from moesim.calibration.fit import gemm as G
+from moesim.calibration.fit import moe_tables as MT
+from moesim.calibration.fit.moe_work import work_columns
+from moesim.calibration.rank0 import rank0_clamped_rows, rank0_tile_padding
 from moesim.calibration.records import COLUMNS
 from moesim.perf.models import waves_v1
-from moesim.perf.profile.work import moe_parts, rank0_clamped_rows, rank0_tile_padding
+from moesim.perf.profile.work import moe_parts
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 P = {"eta_c": 0.7, "eta_m": 0.75, "alpha_us": 5.0, "kb_ns": 120.0, "sm_GBps": 60.0}
 LAYER = dict(hidden=7168.0, n=2048.0, experts=256.0, topk=8.0)
+
+
+def _measured(shape: dict, routing: str, dtype: str = "fp8") -> dict:
+    """`shape` with the work columns of a measured row of `routing` (rank0_clamped: a rank-0 segment row)."""
+    if routing == "rank0_clamped":
+        return work_columns({**shape, "rank0": 1.0}, "balanced", dtype)
+    return work_columns(shape, routing, dtype)
 
 
 def _collector(t: int, e: int, k: int, ep: int):
@@ -52,7 +63,7 @@ def test_rank0_clamped_is_balanced_at_ep1_and_does_not_halve_at_ep2():
 def test_rank0_clamped_time_vs_balanced():
     shape = dict(LAYER, tokens=np.array([4096.0]))
     t = {
-        (r, ep): float(waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, {**shape, "ep": ep, "routing": r})[0])
+        (r, ep): float(waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, _measured({**shape, "ep": ep}, r))[0])
         for r in ("balanced", "rank0_clamped")
         for ep in (1.0, 2.0)
     }
@@ -71,16 +82,16 @@ def test_rank0_tile_padding_counts_the_hot_expert_tiles():
 
 def test_expert_map_remote_rows_cost_bytes_only_with_ep():
     shape = dict(LAYER, tokens=np.array([1024.0]))
-    _, act1 = moe_parts("bf16", {**shape, "ep": 1.0, "routing": "expert_map"})
-    _, act1b = moe_parts("bf16", {**shape, "ep": 1.0, "routing": "balanced"})
+    _, act1 = moe_parts("bf16", _measured({**shape, "ep": 1.0}, "expert_map", "bf16"))
+    _, act1b = moe_parts("bf16", _measured({**shape, "ep": 1.0}, "balanced", "bf16"))
     assert np.allclose(act1, act1b)  # no remote rows at ep 1
-    _, act8 = moe_parts("bf16", {**shape, "ep": 8.0, "routing": "expert_map"})
-    _, act8b = moe_parts("bf16", {**shape, "ep": 8.0, "routing": "balanced"})
+    _, act8 = moe_parts("bf16", _measured({**shape, "ep": 8.0}, "expert_map", "bf16"))
+    _, act8b = moe_parts("bf16", _measured({**shape, "ep": 8.0}, "balanced", "bf16"))
     remote = 1024.0 * 8.0 * 7.0 / 8.0
     per_row = 2.0 * (2.0 * 2048.0 + 2.0 * 7168.0) + 2048.0 * (4.0 + 2.0)
     assert float(act8[0] - act8b[0]) == pytest.approx(remote * per_row)
     t = [
-        float(waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 8.0, "routing": r})[0])
+        float(waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, _measured({**shape, "ep": 8.0}, r, "bf16"))[0])
         for r in ("balanced", "expert_map")
     ]
     assert t[1] > t[0]
@@ -105,7 +116,9 @@ def _rows(backend: str, ep: float) -> pd.DataFrame:
     ],
 )
 def test_fit_prices_each_backend_with_its_collector_workload(backend, routing):
-    assert G._shape_of(_rows(backend, 8.0), "moe")["routing"] == routing
+    assert MT.routing(_rows(backend, 8.0)) == routing
+    shape = G._shape_of(_rows(backend, 8.0), "moe", "bf16")
+    assert ("zero_rows" in shape) == (routing == "expert_map") and "routing" not in shape
 
 
 def test_cv_block_reports_the_decode_sized_subset():
@@ -118,9 +131,9 @@ def test_cv_block_reports_the_decode_sized_subset():
 
 def test_expert_map_local_experts_are_balanced():
     shape = dict(LAYER, tokens=np.array([1.0, 64.0]), ep=8.0)
-    gb, _ = moe_parts("bf16", {**shape, "routing": "balanced"})
-    ge, _ = moe_parts("bf16", {**shape, "routing": "expert_map"})
+    gb, _ = moe_parts("bf16", _measured(shape, "balanced", "bf16"))
+    ge, _ = moe_parts("bf16", _measured(shape, "expert_map", "bf16"))
     assert np.allclose(gb[0][6], ge[0][6])  # touched experts: min(local, pairs), not the random expectation
-    tb = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "balanced"})
-    te = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, {**shape, "ep": 1.0, "routing": "expert_map"})
+    tb = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, _measured({**shape, "ep": 1.0}, "balanced", "bf16"))
+    te = waves_v1.model_time("moe", "bf16", SMS, PEAK, BW, P, _measured({**shape, "ep": 1.0}, "expert_map", "bf16"))
     assert np.allclose(tb, te)

@@ -1,5 +1,5 @@
 """What the measured fused-MoE tables ran beyond the expert GEMMs (moesim.calibration.fit.moe_tables):
-the group-limited router on the collector's balanced logits (moesim.perf.profile.grouped_router), the
+the group-limited router on the collector's balanced logits (moesim.calibration.grouped_router), the
 per-token finalize / copy passes, and the dominated rows the fit drops."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from moesim.calibration.fit import gemm as G
 from moesim.calibration.fit import moe_tables as MT
-from moesim.perf.profile.grouped_router import grouped_loads, grouped_rows, grouped_tile_padding
+from moesim.calibration.fit.moe_work import work_columns
+from moesim.calibration.grouped_router import grouped_loads, grouped_rows, grouped_tile_padding
 from moesim.perf.profile.work import moe_parts, moe_rows
 
 DSV3 = dict(hidden=7168.0, n=2048.0, experts=256.0, topk=8.0)
@@ -62,15 +63,15 @@ def test_grouped_tile_padding_counts_each_expert_tiles():
 
 def test_moe_rows_replace_only_the_grouped_rows():
     shape = {k: np.full(2, v) for k, v in DSV3.items()}
-    shape.update(tokens=np.full(2, 4096.0), ep=np.full(2, 64.0), routing="balanced")
+    shape.update(tokens=np.full(2, 4096.0), ep=np.full(2, 64.0))
     shape.update(n_group=np.array([8.0, 1.0]), topk_group=np.array([4.0, 1.0]))
-    pairs, touched, _ = moe_rows(shape)
+    pairs, touched, _ = moe_rows(work_columns(shape, "balanced", "fp8_block"))
     np.testing.assert_allclose(pairs, [4.0 * 4096.0, 4096.0 * 8.0 / 64.0])
     np.testing.assert_allclose(touched, [4.0, 4.0])
 
 
 def test_token_bytes_add_every_token_row():
-    shape = dict(DSV3, tokens=1024.0, ep=32.0, routing="balanced")
+    shape = work_columns(dict(DSV3, tokens=1024.0, ep=32.0), "balanced", "fp8_block")
     _, base = moe_parts("fp8_block", shape)
     _, more = moe_parts("fp8_block", {**shape, "token_bytes": 6.0})
     assert float(more - base) == pytest.approx(1024.0 * 7168.0 * 6.0)
@@ -99,10 +100,13 @@ def test_routing_keys_by_backend_and_model():
     d = pd.concat([_rows("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", {(8, 1): 1e-3})] * 2, ignore_index=True)
     d.loc[1, "experts"] = 384.0
     keys = G._shape_of(d.assign(layout="fused"), "moe")
-    np.testing.assert_array_equal(keys["n_group"], [8.0, 1.0])
+    np.testing.assert_array_equal(MT.routing_keys(d, keys)["n_group"], [8.0, 1.0])
+    # the work columns: the grouped row computes its rank-0 load (5 rows per token at EP 8), the other 64 x 8 / 8
+    assert "n_group" not in keys and list(keys["pairs"]) == [5.0 * 64.0, 64.0]
     assert keys["token_bytes"] == MT.FINALIZE_BYTES + MT.NOOP_COPY_BYTES
-    plain = G._shape_of(_rows("moe_torch_flow_cutlass", {(8, 1): 1e-3}).assign(layout="fused"), "moe")
-    assert "n_group" not in plain and plain["token_bytes"] == MT.FINALIZE_BYTES
+    plain_rows = _rows("moe_torch_flow_cutlass", {(8, 1): 1e-3}).assign(layout="fused")
+    plain = G._shape_of(plain_rows, "moe")
+    assert "n_group" not in MT.routing_keys(plain_rows, plain) and plain["token_bytes"] == MT.FINALIZE_BYTES
 
 
 def test_token_bytes_param_prices_the_reader_like_the_fit():
@@ -111,7 +115,7 @@ def test_token_bytes_param_prices_the_reader_like_the_fit():
     from moesim.perf.profile import schema as S
 
     p = {"eta_c": 0.3, "eta_m": 0.7, "alpha_us": 30.0, "kb_ns": 20.0, "sm_GBps": 300.0}
-    shape = dict(DSV3, tokens=4096.0, ep=64.0, routing="balanced")
+    shape = work_columns(dict(DSV3, tokens=4096.0, ep=64.0), "balanced", "fp8_block")
     base = waves_v1.model_time("moe", "fp8_block", 132, 1979e12, 4.8e12, p, shape)
     more = waves_v1.model_time("moe", "fp8_block", 132, 1979e12, 4.8e12, {**p, "token_bytes": 6.0}, shape)
     assert float(more - base) == pytest.approx(4096.0 * 7168.0 * 6.0 / (4.8e12 * 0.7))

@@ -13,7 +13,7 @@ import pytest
 from moesim.calibration.fit import gemm as G
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import Profile
-from moesim.perf.profile.work import QUANT_BYTES_PER_ELEM, QUANT_OP_BYTES_PER_ELEM, kernel_work
+from moesim.perf.profile.work import QUANT_BYTES_PER_ELEM, QUANT_OP_BYTES_PER_ELEM, family_work
 from tests.unit.test_waves import BW, SMS, _peaks, _rows
 
 
@@ -29,8 +29,8 @@ def _two_op_rows() -> pd.DataFrame:
 
 def test_compute_scale_bytes_are_one_bf16_read():
     shape = {"m": np.array([4.0]), "k": np.array([1024.0])}
-    quant = kernel_work("quant", "fp8", SMS, shape)[1]
-    scale = kernel_work("quant", "fp8", SMS, {**shape, "op": "compute_scale"})[1]
+    quant = family_work("quant", "fp8", SMS, shape)[1]
+    scale = family_work("quant", "fp8", SMS, {**shape, "op": "compute_scale"})[1]
     assert float(quant[0]) == pytest.approx(4 * 1024 * QUANT_BYTES_PER_ELEM)
     assert float(scale[0]) == pytest.approx(4 * 1024 * QUANT_OP_BYTES_PER_ELEM["compute_scale"])
 
@@ -89,7 +89,7 @@ def test_importer_keeps_sglang_eager_reference_quant_unfitted():
 
 def test_dynamic_per_token_bytes_are_one_pass_plus_a_scale_per_row():
     shape = {"m": np.array([4.0]), "k": np.array([1024.0]), "op": "dynamic_per_token"}
-    assert float(kernel_work("quant", "fp8", SMS, shape)[1][0]) == pytest.approx(4 * (1024 * 3.0 + 4.0))
+    assert float(family_work("quant", "fp8", SMS, shape)[1][0]) == pytest.approx(4 * (1024 * 3.0 + 4.0))
 
 
 def _computescale_tables(tmp_path, source):

@@ -1,5 +1,5 @@
 """A decode routed grouped GEMM counts one set of weight bytes everywhere: the op (the workload's
-expected active experts), the kernel's work (kernel_work) and the fitted model's memory side
+expected active experts), the kernel's work (family_work) and the fitted model's memory side
 (waves_parts) all read the weights of the groups with >= 1 row only, the groups whose tiles run
 (a masked / contiguous grouped GEMM runs no tile of an empty group). Before, the kernel's work and
 the model's HBM stream counted every group while the tiles counted the active ones: the op's
@@ -13,7 +13,7 @@ import pytest
 
 from moesim.perf import efficiency as E
 from moesim.perf.models import waves_v1
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 
 SMS, PEAK, BW = 132, 1979e12, 4.8e12
 # a load-path-bound fitted kernel: the k-loop of one CTA (ceil(k / 128) x kb_ns) is slower than
@@ -34,7 +34,7 @@ def _op_memory_side(m, active, p):
     rows = GROUPS * m
     _, b_w, b_a, b_o = matmul_work(rows, N, K, weights=active, w_bytes=1.0, a_bytes=1.0, out_bytes=2.0, block=0)
     sh = _routed_shape(m, active)
-    _, b_in, b_out, _ = kernel_work("grouped_gemm", "fp8_block", SMS, sh)
+    _, b_in, b_out, _ = family_work("grouped_gemm", "fp8_block", SMS, sh)
     _, mem, alpha = waves_v1.model_sides("grouped_gemm", "fp8_block", SMS, PEAK, BW, p, sh)
     return alpha + (b_w + b_a + b_o) / (b_in + b_out) * (mem - alpha), alpha
 
@@ -42,9 +42,9 @@ def _op_memory_side(m, active, p):
 @pytest.mark.parametrize("m", [1.0 / 32.0, 0.125, 0.5])
 def test_kernel_work_reads_the_active_groups_weights(m):
     active = GROUPS * -np.expm1(-m)
-    _, b_in, b_out, _ = kernel_work("grouped_gemm", "fp8_block", SMS, _routed_shape(m, active))
+    _, b_in, b_out, _ = family_work("grouped_gemm", "fp8_block", SMS, _routed_shape(m, active))
     assert b_in == pytest.approx(active * N * K + GROUPS * m * K, rel=1e-12)  # FP8 weights + activations
-    _, b_all, _, _ = kernel_work("grouped_gemm", "fp8_block", SMS, {"m": m, "n": N, "k": K, "groups": GROUPS})
+    _, b_all, _, _ = family_work("grouped_gemm", "fp8_block", SMS, {"m": m, "n": N, "k": K, "groups": GROUPS})
     assert b_all == pytest.approx(GROUPS * N * K + GROUPS * m * K, rel=1e-12)  # measured rows: every group
 
 

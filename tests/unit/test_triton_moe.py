@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from moesim.calibration.fit import moe_tables as MT
+from moesim.calibration.fit.moe_work import work_columns
 from moesim.perf import triton_moe as T
 from moesim.perf.profile.work import waves_parts
 
@@ -63,7 +64,7 @@ def test_programs_pad_each_expert_to_block_m():
 
 
 def test_moe_waves_parts_use_the_engine_tiles():
-    shape = {**MIXTRAL, "tokens": np.array([4.0, 4096.0]), "routing": "balanced"}
+    shape = work_columns({**MIXTRAL, "tokens": np.array([4.0, 4096.0])}, "balanced", "bf16")
     plain, _ = waves_parts("moe", "bf16", SMS, shape)
     tiled, _ = waves_parts("moe", "bf16", SMS, {**shape, "tiling": T.TRITON_FUSED_MOE})
     up = tiled[0]
@@ -107,7 +108,7 @@ def test_fit_records_the_tiling_and_the_reader_prices_with_it():
     e = G.fit_waves("moe", d, "bf16", "sglang_fused_moe_triton", peaks, "h200")
     assert e["model_keys"] == {"tiling": T.TRITON_FUSED_MOE}
     shape = {c: d[c].values for c in ("tokens", "hidden", "n", "experts", "topk", "ep", "tp")}
-    shape = {**shape, "routing": "expert_map", **entry_keys("moe", e)}
+    shape = {**work_columns(shape, "expert_map", "bf16", T.TRITON_FUSED_MOE), **entry_keys("moe", e)}
     priced = waves_v1.model_time("moe", "bf16", peaks.sms, peaks.peak("bf16"), peaks.hbm_Bps, e["params"], shape)
     data = G.WavesData("moe", d, "bf16", peaks)
     fitted = data.predict([e["params"][k] for k in data.names], np.arange(len(d)))
@@ -118,7 +119,8 @@ def test_rank0_segment_rows_price_the_clamped_workload():
     """The documented rank-0 collector segment (fit.moe_tables.RANK0_SEGMENTS) inside an expert_map
     table: its EP > 1 rows compute every rank-0 token with all its picks (no zero-written remote rows),
     its EP 1 rows and other layers keep expert_map."""
-    from moesim.perf.profile.work import moe_rows, rank0_clamped_rows
+    from moesim.calibration.rank0 import rank0_clamped_rows
+    from moesim.perf.profile.work import moe_rows
 
     nem = {"hidden": 1024.0, "n": 2688.0, "experts": 512.0, "topk": 22.0}
     shape = {
@@ -126,7 +128,6 @@ def test_rank0_segment_rows_price_the_clamped_workload():
         "tokens": np.full(3, 16384.0),
         "ep": np.array([1.0, 2.0, 32.0]),
         "tp": np.ones(3),
-        "routing": "expert_map",
     }
     shape["hidden"] = np.array([1024.0, 1024.0, 2048.0])  # the third row: another layer
     mask = MT.rank0_rows(shape, MT.RANK0_SEGMENTS[("sglang_fused_moe_triton", "h200")])
@@ -138,10 +139,12 @@ def test_rank0_segment_rows_price_the_clamped_workload():
     notes = []
     MT.fit_rows(table, "fused bf16 x", frozenset({"sglang_fused_moe_triton"}), notes)
     assert list(MT.rank0_segment(table)) == [False, True, False] and "1 EP > 1 rows" in notes[0]
-    even = moe_rows(shape)[0]
-    clamped = moe_rows({**shape, "rank0": mask})[0]
+    even = moe_rows(work_columns(shape, "expert_map", "bf16"))[0]
+    clamped = moe_rows(work_columns({**shape, "rank0": mask}, "expert_map", "bf16"))[0]
     assert clamped[0] == even[0] and clamped[2] == even[2]
     assert clamped[1] == rank0_clamped_rows(16384.0, 512.0, 22.0, 2.0)[0] == 16384.0 * 22.0  # every token
     assert clamped[1] > even[1]  # expert_map's rank holds half the picks
-    parts, extra = waves_parts("moe", "bf16", SMS, {**shape, "rank0": mask, "tiling": T.TRITON_FUSED_MOE})
+    tiled = work_columns({**shape, "rank0": mask}, "expert_map", "bf16", T.TRITON_FUSED_MOE)
+    assert list(tiled["zero_rows"] > 0) == [False, False, True]  # ep 1: none remote; the rank-0 row: none
+    parts, extra = waves_parts("moe", "bf16", SMS, {**tiled, "tiling": T.TRITON_FUSED_MOE})
     assert np.all(np.isfinite(extra)) and np.all(parts[0][2] >= 1.0)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from moesim.calibration.fit import gemm as G
+from moesim.calibration.fit.moe_work import work_columns
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.records import COLUMNS
 from moesim.perf import efficiency as E
@@ -63,7 +64,7 @@ def test_routed_padding_uses_the_same_block_m():
 
 def test_moe_touched_experts_balanced_vs_random():
     shape = dict(tokens=np.array([1.0, 4.0, 1024.0]), hidden=7168, n=2048, experts=256, topk=8, ep=8)
-    pairs, touched, local = moe_rows({**shape, "routing": "balanced"})
+    pairs, touched, local = moe_rows(work_columns(shape, "balanced", "fp8"))
     assert np.allclose(pairs, [1.0, 4.0, 1024.0])
     assert np.allclose(touched, [1.0, 4.0, 32.0])  # min(local experts, pairs)
     _, rnd, _ = moe_rows(shape)
@@ -71,8 +72,8 @@ def test_moe_touched_experts_balanced_vs_random():
 
 
 def test_moe_layer_time_grows_with_touched_experts_then_saturates():
-    shape = dict(hidden=7168, n=2048, experts=256, topk=8, ep=8, routing="balanced")
-    t = waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, {**shape, "tokens": np.array([1.0, 8.0, 32.0, 64.0])})
+    shape = dict(hidden=7168, n=2048, experts=256, topk=8, ep=8, tokens=np.array([1.0, 8.0, 32.0, 64.0]))
+    t = waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, P, work_columns(shape, "balanced", "fp8"))
     assert t[0] < t[1] < t[2]
     assert t[3] == pytest.approx(t[2], rel=0.15)  # all 32 local experts' weights read once
 
@@ -205,9 +206,9 @@ def test_table_families_variants_and_derived_grouped_gemm():
     tok = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0, 1024.0, 4096.0])
     frames = []
     for ep in (4.0, 8.0, 16.0, 32.0):
-        shape = dict(tokens=tok, hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, ep=ep, routing="balanced")
+        cols = dict(tokens=tok, hidden=7168.0, n=2048.0, experts=256.0, topk=8.0, ep=ep)
+        shape = work_columns(cols, "balanced", "fp8")
         t = waves_v1.model_time("moe", "fp8", SMS, PEAK, BW, {**P, "alpha_us": 20.0}, shape)
-        cols = {k: v for k, v in shape.items() if k != "routing"}
         frames.append(_rows("moe", len(tok), **cols, tp=1.0, time_s=t, dtype="fp8_block", layout="masked"))
     m = np.repeat([1.0, 64.0, 4096.0], 5)
     k = np.tile([1024.0, 2048.0, 4096.0, 7168.0, 16384.0], 3)

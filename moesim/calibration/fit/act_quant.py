@@ -12,7 +12,7 @@ with t_quant a known per-row time (WavesData.known), the waves_v1 params fitted 
 measured residual R_gemm that of the GEMM part, (t_row - t_quant) / T_gemm (moesim.calibration.fit.residual).
 
 t_quant is the streaming quant pass (moesim.perf.models.stream_v1.stream_time: alpha + m k (2 + 1 + 4/128) B /
-(W eta_m), the bytes of moesim.perf.profile.work.kernel_work("quant")) with, in order of preference:
+(W eta_m), the bytes of moesim.perf.profile.work.family_work("quant")) with, in order of preference:
 
 * the profile's own fitted quant pass (stream_v1 entry of scale_matrix_perf: TRT-LLM torch_ops,
   vLLM static_scaled_fp8_quant), its physics params;
@@ -37,7 +37,7 @@ from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.efficiency import quant_ctas
 from moesim.perf.models.stream_v1 import stream_time
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 
 STAND_IN_NOTE = (
     "stand-in: the engine these rows come from has no fitted table of its fused quant kernel; the streaming "
@@ -65,7 +65,7 @@ def act_quant_model(quant: dict | None, elementwise: dict | None, peaks: Peaks) 
 def quant_seconds(m, k, peaks: Peaks, model: dict, cta_ns=None) -> np.ndarray:
     """Time (s) of the quant pass of an [m, k] BF16 input under an act_quant_model; with cta_ns (the
     model's, or given) at least alpha + CTAs x cta_ns (quant_ctas: SGLang's kernel issues tiny CTAs)."""
-    nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": np.asarray(m, float), "k": np.asarray(k, float)})[1]
+    nbytes = family_work("quant", "fp8", peaks.sms, {"m": np.asarray(m, float), "k": np.asarray(k, float)})[1]
     t = np.asarray(stream_time(nbytes, peaks.hbm_Bps, model["params"]), float)
     cta_ns = model["params"].get(CTA_PARAM) if cta_ns is None else cta_ns
     if cta_ns is None:

@@ -15,6 +15,7 @@ from scipy.optimize import least_squares
 
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import residual
+from moesim.calibration.fit.data import usable_rows
 from moesim.perf import attention_eff as A
 from moesim.perf.efficiency import dtype_bytes
 from moesim.perf.profile import schema as S
@@ -45,7 +46,7 @@ def variant_key(family: str, mode: str, dtype: str, head_dim=None) -> str:
 
 
 def _rows(df: pd.DataFrame, family: str, notes: list) -> pd.DataFrame:
-    d = df[(df.kernel == family) & (df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
+    d = usable_rows(df, family)
     if d.empty:
         return d
     backends = list(d.backend.unique())
@@ -290,7 +291,7 @@ def fit_attention_families(df: pd.DataFrame, peaks, gpu: str, notes: list) -> di
     generic fits (moesim.calibration.fit.kernels)."""
     out = {}
     for fam in A.ATTN_FAMILIES:
-        d = df[(df.kernel == fam) & (df.exclude == "") & np.isfinite(df.time_s)]
+        d = usable_rows(df, fam, positive=False)
         d = d[np.isfinite(d.batch) & np.isfinite(d.q_len) & np.isfinite(d.heads) & np.isfinite(d.context)]
         if len(d) >= MIN_ROWS:
             e = fit_attention_family(d, fam, peaks, gpu, notes)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from moesim.calibration.fit.cv import lsq
+from moesim.calibration.fit.data import usable
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.collectives import NCCL_PROTOCOLS, NVLS_DTYPES, custom_ar_terms, nccl_proto_terms
 from moesim.perf.profile import schema as S
@@ -39,14 +40,8 @@ CUSTOM_START = [2.0, 0.1, 0.5, 4.0, 0.5, 0.8]
 
 
 def _rows(df: pd.DataFrame, op: str) -> pd.DataFrame:
-    return df[
-        (df.kernel == f"nccl_{op}")
-        & (df.exclude == "")
-        & np.isfinite(df.time_s)
-        & np.isfinite(df.bytes)
-        & np.isfinite(df.ep)
-        & (df.ep > 1)
-    ].reset_index(drop=True)
+    ok = usable(df, f"nccl_{op}", positive=False) & np.isfinite(df.bytes) & np.isfinite(df.ep) & (df.ep > 1)
+    return df[ok].reset_index(drop=True)
 
 
 class CollRows:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from moesim.calibration.fit.comm_bench import bf16_dispatch, token_glitches
 from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_median, lsq, residual
-from moesim.calibration.fit.data import id_span, row_id, sources_text
+from moesim.calibration.fit.data import id_span, row_id, sources_text, usable
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.routing import routing_copies
 from moesim.perf.collectives import alpha_beta_a2a, by_ep_params, hockney, ring_steps
@@ -51,9 +51,7 @@ def a2a_data(df: pd.DataFrame, mode: str, op: str) -> A2AData | None:
         "nccl": ("nccl_all_to_all", {"nccl"}),
     }
     kernel, modes = kernel_modes[mode]
-    both = df[
-        (df.kernel == kernel) & df["mode"].isin(modes) & (df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)
-    ].reset_index(drop=True)
+    both = df[usable(df, kernel) & df["mode"].isin(modes)].reset_index(drop=True)
     mine = (both.op == op).to_numpy()
     # DeepEP tables: cases timed in a disturbed state leave the fit (comm_bench docstring)
     glitch = token_glitches(both) if kernel == "deepep" else np.zeros(len(both), bool)
@@ -275,13 +273,7 @@ def fit_a2a_global(ad: A2AData, peaks: Peaks, gpu: str, folds: int | None, prior
 
 
 def fit_collective(df: pd.DataFrame, op: str, peaks: Peaks, gpu: str, folds: int | None) -> dict | None:
-    d = df[
-        (df.kernel == f"nccl_{op}")
-        & (df.exclude == "")
-        & np.isfinite(df.time_s)
-        & np.isfinite(df.bytes)
-        & np.isfinite(df.ep)
-    ].reset_index(drop=True)
+    d = df[usable(df, f"nccl_{op}", positive=False) & np.isfinite(df.bytes) & np.isfinite(df.ep)].reset_index(drop=True)
     if len(d) < 2:
         return None
     n_ranks = d.ep.values

@@ -11,7 +11,7 @@ import pandas as pd
 
 from moesim.calibration.records import COLUMNS, NUMERIC_COLUMNS, read_csv_rows
 from moesim.errors import CalibrationError
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 
 BACKEND_RANK = {
     "deep_gemm": 0,
@@ -84,8 +84,24 @@ def sources_text(rows: pd.DataFrame) -> str:
     return " | ".join(sorted({s.split(": ", 1)[1] if ": " in s else s for s in rows.source}))
 
 
-def select_rows(df: pd.DataFrame, kernel: str, notes: list) -> pd.DataFrame:
-    d = df[(df.kernel == kernel) & (df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
+def usable(df: pd.DataFrame, kernel: str | None = None, *, positive: bool = True) -> pd.Series:
+    """Row mask of the rows a fit may use: not excluded, a finite time_s (> 0 unless positive=False),
+    of `kernel` when one is named."""
+    ok = (df.exclude == "") & np.isfinite(df.time_s)
+    if positive:
+        ok &= df.time_s > 0
+    return ok if kernel is None else ok & (df.kernel == kernel)
+
+
+def usable_rows(df: pd.DataFrame, kernel: str | None = None, *, positive: bool = True) -> pd.DataFrame:
+    """The rows of `df` a fit may use (usable), their index kept."""
+    return df[usable(df, kernel, positive=positive)]
+
+
+def preferred_rows(df: pd.DataFrame, kernel: str, notes: list) -> pd.DataFrame:
+    """The usable rows of `kernel` of its preferred backend and dtype (BACKEND_RANK, DTYPE_RANK), with
+    a note when other rows are left out."""
+    d = usable_rows(df, kernel)
     if d.empty:
         return d
     best_backend = min(d.backend.unique(), key=lambda b: (BACKEND_RANK.get(b, 5), b))
@@ -105,8 +121,8 @@ def work_of_row(r):
     dt = (getattr(r, "dtype", "") or "fp8").lower()
     if r.kernel in ("gemm", "grouped_gemm"):
         g = r.groups if np.isfinite(r.groups) else 1.0
-        return kernel_work(r.kernel, dt, 1, {"m": r.m, "n": r.n, "k": r.k, "groups": g})[:3]
+        return family_work(r.kernel, dt, 1, {"m": r.m, "n": r.n, "k": r.k, "groups": g})[:3]
     if r.kernel == "mla_decode" and np.isfinite(r.batch):
         shape = {"batch": r.batch, "q_len": r.q_len, "heads": r.heads, "context": r.context}
-        return kernel_work("mla_decode", dt, 1, shape)[:3]
+        return family_work("mla_decode", dt, 1, shape)[:3]
     return None, None, None

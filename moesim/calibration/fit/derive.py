@@ -181,7 +181,7 @@ def derive_profile(source: dict, source_hw, target_hw, force: bool = False) -> d
     return out
 
 
-def derive(source_path, gpu: str, out=None, force: bool = False, hardware=None) -> dict:
+def derive_file(source_path, gpu: str, out=None, force: bool = False, hardware=None) -> dict:
     """Read a profile file, derive `gpu`'s profile from it (`derive_profile`), validate it and write
     it atomically to `out` (default: the source's folder, <gpu>[.<engine>].yaml)."""
     source_path = Path(source_path)

@@ -15,17 +15,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.collectors import EXPERT_MAP
 from moesim.calibration.fit import act_quant as AQ
 from moesim.calibration.fit import moe_tables as MT
+from moesim.calibration.fit import moe_work as MW
 from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
-from moesim.calibration.fit.data import sources_text
+from moesim.calibration.fit.data import sources_text, usable_rows
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.models import stream_v1
 from moesim.perf.models.waves_v1 import parts_time
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import DEEPGEMM_TILING, kernel_work, waves_parts
+from moesim.perf.profile.work import DEEPGEMM_TILING, family_work, waves_parts
 
 FIT_ROWS = 2000  # rows a least-squares fit trains on (fixed random subset of the training rows)
 TABLE_ROWS = 200  # residuals / measurements written into the profile only up to this many rows
@@ -39,14 +41,8 @@ SHAPE_KEYS = {
 }
 SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
-# (aiconfigurator after 0.12.0 times EP rank 0 with remote picks clamped to expert 0; none of the shipped
-# tables: SGLang's 0.12.0 Triton rows halve from EP 1 to EP 2 and at EP 256 still grow with every token,
-# the zero-written rows of all tokens: they are priced as expert_map below.)
-# Triton fused_experts with an expert_map: all tokens enter, remote rows write zeros (vLLM:
-# collector/vllm/collect_moe.py determine_expert_map; SGLang 0.12.0 tables, see above): routing "expert_map"
-EXPERT_MAP = frozenset(
-    {"vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts", "sglang_fused_moe_triton"}
-)
+# (aiconfigurator after 0.12.0 times EP rank 0 with remote picks clamped to expert 0; the collector facts
+# of each backend, moesim/calibration/collector_facts.yaml, say which rows: moesim.calibration.fit.moe_work)
 # (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds, starts (the 3rd: kb_ns over the load time, see test_waves.py)
 WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
 WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
@@ -57,19 +53,20 @@ HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
 EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS, MT.ACT_ITER_PARAM: MT.ACT_ITER_BOUNDS}
 
 
-def _shape_of(d: pd.DataFrame, family: str) -> dict:
+def _shape_of(d: pd.DataFrame, family: str, dtype: str = "fp8", keys: dict | None = None) -> dict:
+    """The priced shape of measured rows `d` (one group); moe: the collector's workload as work
+    columns (moesim.calibration.fit.moe_work: pairs, active, tile_pad, ...) for the entry's model
+    `keys` (its tiling) and `dtype`, plus the backend's pass bytes (moe_tables.routing_keys)."""
     cols = MOE_COLS if family == "moe" else ["m", "n", "k", "groups"]
     out = {c: d[c].values if c == "layout" else d[c].values.astype(float) for c in cols if c in d}
     if "groups" in out:
         out["groups"] = np.where(np.isfinite(out["groups"]), out["groups"], 1.0)
     if family == "moe":  # measured tables route evenly (excluded otherwise); absent tp / ep: 1
-        out["routing"] = "balanced"
-        if len(d) and set(d.backend) <= EXPERT_MAP:
-            out["routing"] = "expert_map"
         for c in ("tp", "ep"):
             v = out.get(c, np.ones(len(d)))
             out[c] = np.where(np.isfinite(v), v, 1.0)
-        out.update(MT.routing_keys(d, out))
+        tiling = (keys or {}).get("tiling")
+        out = MW.work_columns({**out, **MT.routing_keys(d, out)}, MT.routing(d), dtype, tiling)
     return out
 
 
@@ -113,7 +110,8 @@ class WavesData:
         self.sms, self.peak, self.bw = peaks.sms, peaks.peak(dtype), peaks.hbm_Bps
         self.sm_generation = peaks.sm_generation  # the residual's neighbour weights (fit.residual)
         self.keys = gemm_keys(family, d, dtype, peaks)
-        self.parts, self.extra = waves_parts(family, dtype, self.sms, {**_shape_of(d, family), **self.keys})
+        self.shape = {**_shape_of(d, family, dtype, self.keys), **self.keys}
+        self.parts, self.extra = waves_parts(family, dtype, self.sms, self.shape)
         self.extra = np.broadcast_to(np.asarray(self.extra, float), self.t.shape)
         self.known = np.zeros_like(self.t)  # a per-row time outside the kernel (moesim.calibration.fit.act_quant)
         self.quant = None  # (peaks, act_quant_model): a known quant whose per-CTA time is fitted (CTA_PARAM)
@@ -244,13 +242,13 @@ def fit_waves(
 
 class StreamData:
     """quant rows: t = alpha + bytes / (W eta_m), bytes = m k (2 + 1 + 4/128) for the quant pass,
-    m k 2 for compute_scale (an amax pass), m (3 k + 4) for dynamic_per_token (work.kernel_work)."""
+    m k 2 for compute_scale (an amax pass), m (3 k + 4) for dynamic_per_token (work.family_work)."""
 
     def __init__(self, d: pd.DataFrame, peaks: Peaks, op: str = ""):
         self.family, self.d, self.dtype = "quant", d, "fp8"
         self.t = d.time_s.values.astype(float)
         self.bw = peaks.hbm_Bps
-        self.nbytes = kernel_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
+        self.nbytes = family_work("quant", "fp8", peaks.sms, {"m": d.m.values, "k": d.k.values, "op": op})[1]
 
     def predict(self, p, idx):
         return stream_v1.stream_time(self.nbytes[idx], self.bw, stream_v1.as_params(p))
@@ -355,7 +353,7 @@ def fit_table_families(df: pd.DataFrame, peaks: Peaks, gpu: str, folds, notes: l
     """Entries for gemm (big tables), moe and quant from measured rows; {} when there are none. quant
     first: linear-op GEMM rows are fitted less their input quant (act_quant_model: this quant fit, else
     the stand-in from `elementwise`, the entry the step prices the engine's quant op with)."""
-    timed = df[(df.exclude == "") & np.isfinite(df.time_s) & (df.time_s > 0)]
+    timed = usable_rows(df)
     out = {}
     for family in ("quant", "gemm", "moe"):
         d = timed[timed.kernel == family]

@@ -21,13 +21,13 @@ import pandas as pd
 
 from moesim.calibration.fit.attention import fit_attention_families
 from moesim.calibration.fit.cv import cross_validate, cv_summary, held_out_median, lsq, residual
-from moesim.calibration.fit.data import id_span, row_id, select_rows, sources_text
+from moesim.calibration.fit.data import id_span, preferred_rows, row_id, sources_text, usable
 from moesim.calibration.fit.gemm import fit_table_families
 from moesim.calibration.fit.peaks import Peaks
 from moesim.perf.models import overlap_v1
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
-from moesim.perf.profile.work import kernel_work
+from moesim.perf.profile.work import family_work
 
 MIN_ROWS_OVERLAP = 6  # the 4-parameter kernel model needs more rows than parameters for a meaningful CV
 
@@ -50,7 +50,7 @@ class KernelData:
 
 def kernel_data(df: pd.DataFrame, family: str, peaks: Peaks, notes: list) -> KernelData | None:
     kernel = {"gemm": "gemm", "grouped_gemm": "grouped_gemm", "mla_decode": "mla_decode"}[family]
-    d = select_rows(df, kernel, notes)
+    d = preferred_rows(df, kernel, notes)
     if family == "mla_decode":
         d = d[np.isfinite(d.batch) & np.isfinite(d.context)].reset_index(drop=True)
     if d.empty:
@@ -60,7 +60,7 @@ def kernel_data(df: pd.DataFrame, family: str, peaks: Peaks, notes: list) -> Ker
     shape = {c: d[c].values for c in cols}
     if family != "mla_decode":
         shape["groups"] = np.where(np.isfinite(d.groups.values), d.groups.values, 1.0)
-    F, b_in, b_out, x = kernel_work(family, dt, peaks.sms, shape)
+    F, b_in, b_out, x = family_work(family, dt, peaks.sms, shape)
     return KernelData(
         family,
         d,
@@ -178,13 +178,7 @@ def fit_peak_family(df: pd.DataFrame, kernel: str, peaks: Peaks, gpu: str) -> di
 def fit_memcpy(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None) -> tuple[dict | None, dict | None]:
     """Elementwise memory efficiency from HBM copies (t = t0 + 2 * bytes / (W * eta_m)); launch overhead."""
     elem = launch = None
-    d = df[
-        (df.kernel == "memcpy")
-        & (df.op != "launch")
-        & (df.exclude == "")
-        & np.isfinite(df.time_s)
-        & np.isfinite(df.bytes)
-    ]
+    d = df[usable(df, "memcpy", positive=False) & (df.op != "launch") & np.isfinite(df.bytes)]
     if len(d) >= 2:
         moved = 2.0 * d.bytes.values  # read + write
         t = d.time_s.values
@@ -209,11 +203,7 @@ def fit_memcpy(df: pd.DataFrame, peaks: Peaks, gpu: str, folds: int | None) -> t
             "source": f"{len(t)} memcpy rows: " + d.source.iloc[0],
             "note": "eta_m = HBM copy bandwidth (read + write) / HBM peak, from t = t0 + 2 bytes / (W eta_m)",
         }
-    dl = df[
-        ((df.kernel == "launch") | ((df.kernel == "memcpy") & (df.op == "launch")))
-        & (df.exclude == "")
-        & np.isfinite(df.time_s)
-    ]
+    dl = df[usable(df, positive=False) & ((df.kernel == "launch") | ((df.kernel == "memcpy") & (df.op == "launch")))]
     if len(dl):
         launch = {
             "us": _r(float(np.median(dl.time_s)) * 1e6, 4),

@@ -1,7 +1,9 @@
 """What the measured fused-MoE tables (aiconfigurator moe_perf) ran beyond the layer's expert GEMMs,
 per backend, and which of their rows are not the kernel's cost. Read by the waves_v1 fit
-(moesim.calibration.fit.gemm) through routing_keys (extra shape keys of moesim.perf.profile.work)
-and dominated (rows dropped, with a note).
+(moesim.calibration.fit.gemm) through routing / routing_keys (the collector's routing and descriptors,
+turned into work columns by moesim.calibration.fit.moe_work) and dominated (rows dropped, with a note).
+The per-backend facts (TOKEN_BYTES, EXPANDED_ACT, GROUPED_ROUTER, EXPERT_MAP, RANK0_SEGMENTS, PASSES,
+HOST_TIMED) are data: moesim/calibration/collector_facts.yaml, each with its source.
 
 * token_bytes: passes over EVERY token entering the layer, whether or not it has a pick on the
   timed rank (moesim.perf.profile.work.token_pass_bytes). The TRT-LLM MoE runners (TRT-LLM's
@@ -19,7 +21,7 @@ and dominated (rows dropped, with a note).
   0.95 ms at 16 tokens, and 1.5 ms at 2048 tokens). Such rows are dropped with a note, since the
   model prices the kernel's cost, not a mis-tuned run.
 * n_group / topk_group: rows whose collector routes through the model's group-limited router
-  (moesim.perf.profile.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
+  (moesim.calibration.grouped_router): vLLM's and SGLang's rows of DeepSeek-V3 dims (GROUPED_ROUTER).
 * expanded_act: FlashInfer's TRT-LLM-gen FP8 block-scale MoE (vLLM's TrtLlmFp8Experts*) runs SwiGLU + the
   FP8 block requant as its own kernel over the EXPANDED (token, pick) space, skipping non-local picks
   only after a per-slot index load and an unconditional 128-thread BlockReduce (moesim.perf.profile.work.
@@ -30,7 +32,7 @@ and dominated (rows dropped, with a note).
   FP8 3474 -> 562 us, BF16 2820 -> 126 us from EP 1 to EP 256).
 * DeepEP normal's contiguous layout (SGLang DeepEPMoE, moe_runner/deep_gemm.py: ep_scatter, DeepGEMM
   m-grouped contiguous up GEMM, silu_and_mul, per-token-group FP8 quant, contiguous down GEMM,
-  ep_gather): CONTIGUOUS_PASSES, the packed routing and the host floor (HOST_TIMED), below.
+  ep_gather): PASSES, the packed routing and the host floor (HOST_TIMED).
 """
 
 from __future__ import annotations
@@ -38,84 +40,27 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from moesim.calibration.collectors import (
+    EXPANDED_ACT,
+    FINALIZE_BYTES,
+    GROUPED_MODELS,
+    GROUPED_ROUTER,
+    HOST_TIMED,
+    NOOP_COPY_BYTES,
+    PASSES,
+    RANK0_SEGMENTS,
+    TOKEN_BYTES,
+)
+from moesim.calibration.collectors import EXPERT_MAP as EXPERT_MAP_BACKENDS
+from moesim.calibration.fit import moe_work as MW
 from moesim.perf.triton_moe import TRITON_FUSED_MOE
 
-FINALIZE_BYTES = 2.0  # finalizeMoeRouting: one BF16 output row per token
-NOOP_COPY_BYTES = 4.0  # vLLM TopKWeightAndReduceNoOP: output.copy_ (BF16 read + write)
-TOKEN_BYTES = {
-    "moe_torch_flow_cutlass": FINALIZE_BYTES,
-    "moe_torch_flow_nongated": FINALIZE_BYTES,
-    "deepgemm": FINALIZE_BYTES,  # TRT-LLM's DeepGEMM MoE backend (B200 / GB200): the same finalize
-    "sglang_flashinfer_cutlass_moe": FINALIZE_BYTES,  # FlashInfer cutlass_fused_moe, output in place
-    "sglang_flashinfer_trtllm_moe": FINALIZE_BYTES,  # FlashInfer TRT-LLM-gen MoE: its finalize
-    "vllm_fp8moe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
-    "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts": FINALIZE_BYTES + NOOP_COPY_BYTES,
-    # TrtLlmFp8ExpertsModular also returns through TopKWeightAndReduceNoOP; the monolithic and BF16
-    # TRT-LLM-gen experts: the kernel's finalize alone
-    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular": FINALIZE_BYTES + NOOP_COPY_BYTES,
-    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": FINALIZE_BYTES,
-    "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": FINALIZE_BYTES,
-}
-# TensorRT-LLM trtllmGenKernels/blockScaleMoe/DevKernel.cu activation::run / activationDeepSeekKernel (the
-# expanded-space path; its source notes the -1 slots still run the BlockReduce, ep_size-fold CTA inflation)
-EXPANDED_ACT = frozenset(
-    {
-        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
-        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular",
-        "sglang_flashinfer_trtllm_moe",  # its fp8_block rows (the BF16 kernel fuses the activation)
-    }
-)
 ACT_ITER_PARAM = "act_iter_ns"  # SM time per (128-element block, token group, pick) iteration, fitted
 ACT_ITER_BOUNDS = (20.0, 0.0, 1e5)  # start, lo, hi (ns)
 DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
-# aiconfigurator's vLLM collector routes a model with a group-limited router through it on the balanced
-# logits (the rows' EP scaling shows it, moesim.perf.profile.grouped_router): H200 FlashInfer CUTLASS
-# (EP 2..256 at 16384 tokens 8.07 : 5.90 : 4.79 : 4.15 : 3.97 : 3.74 : 1.95 : 1; model 8 : 6 : 5 : 4.5 :
-# 4.25 : 4 : 2 : 1), H200 Triton at EP 1 (half the experts touched: measured 0.53x the balanced price
-# from 16 to 512 tokens) and B200 / GB200 TRT-LLM-gen monolithic (routes inside on the logits; EP
-# 2..256 at 8192 tokens 4.7 : 3.6 : 3.1 : 2.8 : 2.7 : 2.6 : 1.5 : 1, the same hot rank 0); SGLang's
-# Triton rows too (EP 1 = EP 2 at every token count for DeepSeek-V3 only: all 8 picks on experts < 128;
-# EP 2..256 at 16384 tokens 1 : 0.78 : 0.66 : 0.63 : 0.58 : 0.56 : 0.33 : 0.22, model 1 : 0.75 : 0.63 :
-# 0.56 : 0.53 : 0.5 : 0.25 : 0.13 plus the zero-written rows of all tokens). TRT-LLM's rows show none
-# of it (DeepSeek-V3 halves with EP like its neighbours): plain top-k.
-GROUPED_ROUTER = frozenset(
-    {
-        "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
-        "vllm_fp8moe_triton_tritonexperts",
-        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
-        "sglang_fused_moe_triton",
-        "sglang_flashinfer_trtllm_moe",  # FlashInfer TRT-LLM-gen routes inside too: B200 EP 1 = EP 2 (12260, 12270 us)
-    }
-)
-# (hidden, moe inter, experts, topk) -> (n_group, topk_group): DeepSeek-V3 / R1 (HF config.json)
-GROUPED_MODELS = {(7168.0, 2048.0, 256.0, 8.0): (8.0, 4.0)}
-# Table segments collected by aiconfigurator's newer SGLang collector (collector/sglang/collect_moe.py
-# build_rank0_workloads for moe_ep_size > 1: EP rank 0's tokens, remote picks clamped to expert 0 and
-# computed: routing rank0_clamped, moesim.perf.profile.work) inside an expert_map table, by layer dims.
-# aiconfigurator-core 0.12.0 systems/data/h200_sxm/moe/sglang/0.5.14/collection_meta.yaml: "appended
-# 3564 Nemotron-3-Super-120B-A12B moe rows (hidden=1024, inter=2688, 512x22 experts; recollection
-# campaign on stock 0.5.14, AIC revision 1982d8d4)"; the rows show it (EP 2..16 at 16384 tokens
-# 0.97 : 0.96 : 0.95 : 0.94 of EP 1, EP 32 0.65: the clamped workload's 1 : 1 : 1 : 1, 0.67).
-# Keyed by (backend, gpu): a segment is one system's collection.
-RANK0_SEGMENTS = {("sglang_fused_moe_triton", "h200"): frozenset({(1024.0, 2688.0, 512.0, 22.0)})}
+CONTIGUOUS_PASSES = PASSES[("deepepmoe", "contiguous")]  # SGLang's DeepEP-normal contiguous MoE
+__all__ = ["EXPANDED_ACT", "FINALIZE_BYTES", "GROUPED_MODELS", "NOOP_COPY_BYTES", "TOKEN_BYTES"]  # re-exported facts
 
-
-# SGLang's DeepEP-normal contiguous MoE (moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm,
-# _run_contiguous_gemm, post_permute_deep_gemm_to_deepep_normal; ep_moe/kernels.py ep_scatter /
-# ep_gather), per received token (token_bytes, per hidden element): ep_scatter loads every token's FP8
-# row before testing its picks (1), ep_gather writes every token's BF16 output row (2); per pair
-# (pair_bytes, per hidden element): ep_scatter writes the pair's FP8 row (1), ep_gather reads its BF16
-# down output (2); per pair and intermediate element (act_bytes): silu_and_mul reads 2 x BF16 and writes
-# BF16 (4 + 2), sglang_per_token_group_quant_fp8 reads it and writes FP8 (2 + 1). FP8 scales (1/128) left out.
-CONTIGUOUS_PASSES = {"token_bytes": 3.0, "pair_bytes": 3.0, "act_bytes": 9.0}
-PASSES = {("deepepmoe", "contiguous"): CONTIGUOUS_PASSES}
-# aiconfigurator's wideep context-MoE collector (collector/sglang/collect_wideep_deepep_moe.py) passes
-# unaligned even counts (routing "packed", moesim.perf.profile.work.packed_touched) and times
-# run_moe_core between a CUDA event recorded after a synchronize and one recorded after the next
-# synchronize, under torch.profiler(with_stack=True): the host-side time of the call (Python, launches,
-# the profiler's op records) is in the row and the GPU work overlaps it, t = max(host, GPU): a fitted
-# host_us (the flat ~380 us floor of the H200 table up to ~512 tokens per rank at every EP)
-HOST_TIMED = frozenset({("deepepmoe", "contiguous")})
 
 # moe tables priced with the Triton fused_moe_kernel's own tiles (tiling "triton_fused_moe",
 # moesim.perf.triton_moe): the engine and dtype whose tuned H200 configs triton_moe_configs.yaml transcribes
@@ -172,12 +117,19 @@ def host_timed(d: pd.DataFrame) -> bool:
     return _group(d) in HOST_TIMED
 
 
+def routing(d: pd.DataFrame) -> str:
+    """The routing the collector ran for moe rows `d` (one group; moesim.calibration.fit.moe_work):
+    packed (HOST_TIMED), expert_map (every backend in collectors.EXPERT_MAP), else balanced."""
+    if host_timed(d):
+        return MW.PACKED_ROUTING
+    return MW.EXPERT_MAP_ROUTING if len(d) and set(d.backend) <= EXPERT_MAP_BACKENDS else MW.BALANCED_ROUTING
+
+
 def routing_keys(d: pd.DataFrame, shape: dict) -> dict:
-    """Extra moe shape keys of rows `d` (one backend): pass bytes, routing, n_group / topk_group."""
+    """Extra moe shape keys of rows `d` (one backend): pass bytes and the collector's descriptors of
+    uneven rows (n_group / topk_group, rank0) that moe_work.work_columns turns into work columns."""
     backends = set(d.backend) if len(d) else set()
     out = pass_keys(d)
-    if host_timed(d):
-        out["routing"] = "packed"
     if backends and backends <= GROUPED_ROUTER:
         out.update(router_groups(shape))
     gpus = set(d["gpu"].astype(str)) if "gpu" in d and len(d) else set()

@@ -32,6 +32,7 @@ from moesim.perf.profile import residual as RS
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.perf.profile.schema import round_sig as _r
+from moesim.perf.profile.variants import base_dtype
 from moesim.specs.data import relative_label
 from moesim.specs.loader import load_hardware
 
@@ -72,10 +73,6 @@ def _inherit(parents: list[dict], kernels: dict) -> None:
                 kernels[fam] = e
 
 
-def _base(dtype) -> str:
-    return {"fp8_block": "fp8"}.get(str(dtype), str(dtype))
-
-
 def borrow_variants(kernels: dict, donors: list[dict], notes: list) -> None:
     """A variant the engine's rows cannot give (its rows excluded, e.g. host-bound vLLM block-FP8
     GEMMs) is taken from a donor profile of the same GPU running the same kernel (the GPU's SGLang
@@ -87,7 +84,7 @@ def borrow_variants(kernels: dict, donors: list[dict], notes: list) -> None:
         for donor in donors:
             theirs = ((donor.get("kernels") or {}).get(fam) or {}).get("variants")
             for v in theirs if isinstance(theirs, list) else []:
-                if not any(_base(m.get("dtype")) == _base(v.get("dtype")) for m in mine):
+                if not any(base_dtype(m.get("dtype")) == base_dtype(v.get("dtype")) for m in mine):
                     src = f"{donor['gpu']}.{donor.get('engine') or 'generic'}"
                     mine.append({**v, "borrowed_from": src})
                     notes.append(

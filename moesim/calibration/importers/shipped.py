@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from moesim.calibration import fit as F
-from moesim.calibration.fit.derive import derive
+from moesim.calibration.fit.derive import derive_file
 from moesim.calibration.importers.published import extract
 from moesim.enums import Engine
 from moesim.errors import MoesimError
@@ -133,7 +133,7 @@ def _engine_profiles(gpu: str, engine: str, rows: list[Path], prof: Path) -> dic
         )
     }
     for sib in DERIVED.get(gpu, ()):
-        out[f"{sib}.{engine}"] = derive(target, sib, out=prof / f"{sib}.{engine}.yaml")
+        out[f"{sib}.{engine}"] = derive_file(target, sib, out=prof / f"{sib}.{engine}.yaml")
     return out
 
 

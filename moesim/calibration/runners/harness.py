@@ -52,6 +52,25 @@ def preset_shapes(spec: KernelSpec, preset: str, device: str, backend: str) -> l
     return spec.shapes(preset == "quick", device, backend)
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How a run times each shape: warm-up calls, timed calls (None: the device's and preset's
+    defaults, Timing.resolve) and the timer (None: CUDA events on a GPU, perf_counter on the CPU)."""
+
+    warmup: int | None = None
+    repeats: int | None = None
+    timer: Callable | None = None
+
+    def resolve(self, device: str, quick: bool) -> tuple:
+        """(warmup, repeats, timer) with the defaults filled in."""
+        warmup = self.warmup if self.warmup is not None else (2 if quick else 5)
+        cpu_repeats = 5 if quick else 20
+        repeats = (
+            self.repeats if self.repeats is not None else cpu_repeats if device == "cpu" else (10 if quick else 30)
+        )
+        return warmup, repeats, self.timer or default_timer(device)
+
+
 @dataclass
 class RunResult:
     path: Path | None
@@ -169,25 +188,20 @@ def run_kernel(
     device: str,
     out: Path,
     *,
-    quick: bool = False,
     shapes: Iterable[dict] | None = None,
     preset: str | None = None,
     machine: dict | None = None,
-    warmup: int | None = None,
-    repeats: int | None = None,
-    timer: Callable | None = None,
+    timing: Timing = Timing(),
     progress: bool = True,
     console=None,
 ) -> RunResult:
-    """Time every shape not yet in `out` and append one row per shape."""
+    """Time every shape not yet in `out` and append one row per shape. preset: default (None) |
+    quick | engine (preset_shapes), unless `shapes` are given; timing: Timing (defaults by device)."""
     out = Path(out)
     if machine is None:
         machine = machine_info(device, backend)
-    preset = preset or ("quick" if quick else "default")
-    quick = preset == "quick"
-    warmup = warmup if warmup is not None else (2 if quick else 5)
-    repeats = repeats if repeats is not None else (5 if quick else 20) if device == "cpu" else (10 if quick else 30)
-    timing = (warmup, repeats, timer or default_timer(device))
+    preset = preset or "default"
+    timing_args = timing.resolve(device, preset == "quick")
     todo = list(shapes) if shapes is not None else preset_shapes(spec, preset, device, backend)
     pending, skipped = _pending(spec, backend, device, out, todo, machine)
     result = RunResult(out, 0, skipped)
@@ -201,7 +215,7 @@ def run_kernel(
             if prog is not None:
                 desc = ", ".join(f"{k}={row[k]}" for k in SHAPE_COLUMNS if k in row and k in PROGRESS_KEYS)
                 prog.update(task, description=desc)
-            row = _time_row(spec, row, backend, device, timing, label)
+            row = _time_row(spec, row, backend, device, timing_args, label)
             append_rows_atomic(out, [row])
             result.rows.append(row)
             result.written += 1

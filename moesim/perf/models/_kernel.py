@@ -13,7 +13,7 @@ from moesim.perf import efficiency as E
 from moesim.perf.profile import residual as RS
 from moesim.perf.profile.provenance import fit_status
 from moesim.perf.profile.variants import pick_variant
-from moesim.perf.profile.work import kernel_work, peak_flops
+from moesim.perf.profile.work import family_work, peak_flops
 
 # a family's dtype when neither the shape nor the entry names one
 DEFAULT_DTYPE = {
@@ -53,7 +53,7 @@ def dtype_of(family: str, e: dict, shape: dict) -> str:
 def work_of(ctx: KernelContext, family: str, e: dict, shape: dict):
     """(F, B_in, B_out, CTAs per SM, peak FLOP/s) of the entry's kernel at a shape (perf.profile.work)."""
     dtype = dtype_of(family, e, shape)
-    return (*kernel_work(family, dtype, ctx.sms, shape), ctx.peak(dtype))
+    return (*family_work(family, dtype, ctx.sms, shape), ctx.peak(dtype))
 
 
 def tile_pad(shape: dict):

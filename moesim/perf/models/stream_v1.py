@@ -14,7 +14,7 @@ import numpy as np
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, US
 from moesim.perf.profile.variants import pick_variant
-from moesim.perf.profile.work import entry_keys, kernel_work
+from moesim.perf.profile.work import entry_keys, family_work
 
 NAME = "stream_v1"
 # source: the fit (moesim.calibration.fit.gemm.fit_stream) on measured quant rows
@@ -33,7 +33,7 @@ def stream_time(nbytes, bw, p: dict):
 
 def model_sides(family: str, dtype: str, sms, bw, p: dict, shape: dict):
     """(compute side, memory side, alpha): the compute side is the alpha, the memory side the time."""
-    t = stream_time(kernel_work(family, dtype, sms, shape)[1], bw, p)
+    t = stream_time(family_work(family, dtype, sms, shape)[1], bw, p)
     alpha = np.minimum(t, float(p["alpha_us"]) * 1e-6)
     return alpha, t, alpha
 

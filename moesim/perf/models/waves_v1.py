@@ -148,7 +148,7 @@ def fused_variant(e: dict | None, dtype) -> dict | None:
     tables time one fused call per layer, which is what the engine runs: TRT-LLM's CutlassFusedMoE /
     DeepGemmFusedMoE (tensorrt_llm/_torch/modules/fused_moe: torch.ops.trtllm.fused_moe runs
     expandInputRowsKernel (permute + FP8 quant), both grouped GEMMs, the SwiGLU + requant and
-    finalizeMoeRouting in one op; aiconfigurator collector/trtllm/collect_moe.py times that op), vLLM's
+    finalizeMoeRouting in one op; aiconfigurator's TRT-LLM MoE collector times that op), vLLM's
     fused_experts / FlashInfer cutlass_fused_moe. A masked / contiguous variant (SGLang's DeepEP
     layouts) marks an engine running the grouped GEMMs and the activation as separate kernels: priced
     op by op (None). None too where no variant has the priced dtype."""

@@ -9,8 +9,7 @@ import numpy as np
 from moesim.perf import efficiency as E
 from moesim.perf.deepgemm_layout import sm90_fp8_layout
 from moesim.perf.deepgemm_layout_sm100 import sm100_fp8_layout
-from moesim.perf.profile import grouped_router as GR
-from moesim.perf.profile.rank0 import rank0_clamped_rows, rank0_tile_padding
+from moesim.perf.profile.variants import base_dtype
 from moesim.perf.triton_moe import TRITON_FUSED_MOE, fused_moe_ctas, fused_moe_tiles
 from moesim.workload.ffn import expected_active_slots
 from moesim.workload.ops import QUANT_BYTES_PER_ELEM
@@ -20,8 +19,6 @@ DEEPGEMM_SM90 = "deepgemm_sm90"  # an entry's `tiling`: moesim.perf.deepgemm_lay
 DEEPGEMM_SM100 = "deepgemm_sm100"  # moesim.perf.deepgemm_layout_sm100 (Blackwell)
 DEEPGEMM_LAYOUTS = {DEEPGEMM_SM90: sm90_fp8_layout, DEEPGEMM_SM100: sm100_fp8_layout}
 DEEPGEMM_TILING = {9: DEEPGEMM_SM90, 10: DEEPGEMM_SM100}  # SM generation -> DeepGEMM's layout heuristic
-# routings whose local experts get an even spread (the measured tables'): expert_map adds remote rows
-BALANCED_LOCAL = ("balanced", "expert_map")
 # SiLU(gate) * up of the fused / grouped MoE: reads 2 x width BF16, writes width (FP8 or BF16)
 ACT_READ_BYTES = 4.0
 # DeepGEMM's m-grouped contiguous GEMM: BLOCK_M = the contiguous layout's M alignment, 128 on SM90
@@ -66,10 +63,11 @@ def _weights(shape: dict):
     return None if a is None else np.minimum(np.asarray(a, float), np.asarray(_groups(shape), float))
 
 
-def kernel_work(family: str, dtype: str, sms, shape: dict):
+def family_work(family: str, dtype: str, sms, shape: dict):
     """(F, B_in, B_out, CTAs per SM) of `family` (GEMMs: m, n, k, groups (or batch; 1 by default),
     tile_pad, active; MLA decode: batch, q_len, heads, context; moe: tokens, hidden, n, experts, topk, ep,
-    tp, layout; quant: m, k, op (the quant pass by default)) in `dtype` (a lower-case name)."""
+    tp, layout and the optional work columns pairs, active, tile_pad, zero_rows, block_m_min (moe_rows,
+    zero_row_bytes, waves_parts); quant: m, k, op (the quant pass by default)) in `dtype` (a lower-case name)."""
     if family in GEMM_FAMILIES:
         _need(family, shape, ("m", "n", "k"))
         g = _groups(shape)
@@ -98,72 +96,24 @@ def kernel_work(family: str, dtype: str, sms, shape: dict):
 
 
 def moe_rows(shape: dict):
-    """(pairs, touched, local experts) of one rank's MoE layer: experts / ep local experts,
-    tokens x topk / ep token-expert pairs. Experts receiving >= 1 token: random routing (default)
-    E_local (1 - (1 - topk / E)^tokens) (moesim.workload.ffn.expected_active_slots, the
-    workload's); routing = "balanced" (the measured tables' even spread: aiconfigurator's
-    balanced / uniform rows, whose times step with min(E_local, pairs), not with the random
-    expectation) min(E_local, pairs), or, on rows with n_group > 1, the rank-0 loads of a
-    group-limited router on the collector's logits (grouped_router); routing = "rank0_clamped":
-    the pairs the collector's rank-0 kernel really computes (rank0_clamped_rows); routing = "packed":
-    even counts packed without per-expert alignment (packed_touched). Shape key `active` (a priced
-    workload's touched local experts, the workload's expected_active_slots of its own routing; never
-    set by the fit) replaces the routing's count, capped at the local experts."""
+    """(pairs, touched, local experts) of one rank's MoE layer: experts / ep local experts; shape key
+    `pairs` (the token-expert pairs the rank computes), else tokens x topk / ep (an even share of the
+    layer's picks); shape key `active` (the experts receiving >= 1 row: a priced workload's
+    expected_active_slots of its own routing, or a measured row's work column), capped at the local
+    experts, else random routing's E_local (1 - (1 - topk / E)^tokens) (moesim.workload.ffn.
+    expected_active_slots, the workload's). Measured rows get both as work columns when they are
+    prepared for the fit (moesim.calibration.fit.moe_work)."""
     _need("moe", shape, ("tokens", "hidden", "n", "experts", "topk"))
     ep = np.asarray(_opt(shape, "ep"), float)
     tokens = np.asarray(shape["tokens"], float)
     experts, topk = np.asarray(shape["experts"], float), np.asarray(shape["topk"], float)
     local = experts / ep
-    pairs = tokens * topk / ep
-    if shape.get("routing") == "rank0_clamped":
-        pairs, _, touched = rank0_clamped_rows(tokens, experts, topk, ep)
-    elif shape.get("routing") == "packed":
-        touched = packed_touched(pairs, local)
-    elif shape.get("routing") in BALANCED_LOCAL:
-        touched = np.minimum(local, np.maximum(pairs, 1.0))
-        if _grouped(shape).any():  # rows routed by a group-limited router (grouped_router)
-            pairs = _grouped_fill(shape, pairs, lambda loads, _: GR.grouped_rows(loads)[0])
-            touched = _grouped_fill(shape, touched, lambda loads, _: GR.grouped_rows(loads)[1])
-        if _rank0(shape).any():  # rows of a table segment timed by the rank-0 clamped collector
-            computed, _, hot_touched = rank0_clamped_rows(tokens, experts, topk, ep)
-            pairs, touched = np.where(_rank0(shape), computed, pairs), np.where(_rank0(shape), hot_touched, touched)
+    pairs = tokens * topk / ep if shape.get("pairs") is None else np.asarray(shape["pairs"], float)
+    if shape.get("active") is not None:  # the priced op's (moesim.perf.fused_moe) or the measured row's
+        touched = np.minimum(np.asarray(shape["active"], float), local)
     else:
         touched = expected_active_slots(local, experts, topk, tokens)
-    if shape.get("active") is not None:  # the priced op's own touched experts (moesim.perf.fused_moe)
-        touched = np.minimum(np.asarray(shape["active"], float), local)
     return pairs, np.maximum(touched, 1e-9), local
-
-
-def packed_touched(pairs, local):
-    """Experts whose weights a contiguous grouped GEMM reads when the local experts' even counts are
-    packed back to back WITHOUT the per-expert 128-row alignment DeepEP's dispatch gives
-    (aiconfigurator collector/sglang/collect_wideep_deepep_moe.py passes num_recv = [T topk / E] per
-    local expert; SGLang's ep_scatter (ep_moe/kernels.py _fwd_kernel_ep_scatter_1) starts each expert
-    at the plain cumsum): every M block of CONTIG_BLOCK_M rows runs the expert of its first row
-    (DeepGEMM's grouped_layout lookup), so min(local, ceil(pairs / BLOCK_M)) experts are touched."""
-    blocks = np.ceil(np.asarray(pairs, float) / CONTIG_BLOCK_M - 1e-9)
-    return np.minimum(np.asarray(local, float), np.maximum(blocks, 1.0))
-
-
-def _rank0(shape: dict):
-    """Rows of an expert_map table whose collector ran the rank0_clamped workload instead (shape key
-    rank0 > 0: a documented table segment, fit.moe_tables.RANK0_SEGMENTS)."""
-    return np.asarray(_opt(shape, "rank0", 0.0), float) > 0.0
-
-
-def _grouped(shape: dict):
-    """Rows of a balanced table routed by a group-limited router (n_group > 1; fit.gemm sets it)."""
-    return np.asarray(_opt(shape, "n_group"), float) > 1.0
-
-
-def _grouped_fill(shape: dict, base, per_row):
-    """`base` with its group-routed rows replaced by per_row(their rank-0 loads, row mask)."""
-    keys = ("tokens", "experts", "topk", "ep", "n_group", "topk_group")
-    *cols, out = np.broadcast_arrays(*(np.asarray(_opt(shape, c), float) for c in keys), np.asarray(base, float))
-    out = out.copy()
-    mask = np.broadcast_to(_grouped(shape), out.shape)
-    out[mask] = per_row(GR.grouped_loads(*(c[mask] for c in cols)), mask)
-    return out
 
 
 def moe_parts(dtype: str, shape: dict):
@@ -181,7 +131,7 @@ def moe_parts(dtype: str, shape: dict):
         F, b_in, b_out = E.gemm_work(mg, n, k, touched, ib, 2.0)
         parts.append((F, b_in, b_out, mg, n, k, touched))
     act_b = np.asarray(_opt(shape, "act_bytes", ACT_READ_BYTES + ib), float)
-    act = pairs * inter * act_b + remote_row_bytes(shape, pairs, inter, hidden, ib)
+    act = pairs * inter * act_b + zero_row_bytes(shape, inter, hidden, ib)
     act = act + pairs * hidden * np.asarray(_opt(shape, "pair_bytes", 0.0), float)
     return parts, act + token_pass_bytes(shape, hidden)
 
@@ -194,19 +144,16 @@ def token_pass_bytes(shape: dict, hidden):
     return np.asarray(shape["tokens"], float) * hidden * per
 
 
-def remote_row_bytes(shape: dict, pairs, inter, hidden, ib):
-    """Streamed bytes of the token-expert rows a rank holds no expert for, under routing =
-    "expert_map" (vLLM's fused_experts with an expert_map, and SGLang's 0.12.0 Triton tables
-    (moesim.calibration.fit.gemm.EXPERT_MAP), EP without a dispatch: every rank gets
-    all T tokens, moe_align_block_size maps remote experts to -1 and the Triton kernel's blocks of
-    expert -1 write zeros, fused_moe.py `write_zeros_to_output`): each remote row still writes its
-    up (2 n) and down (hidden) BF16 outputs, goes through SiLU & mul and is read by the top-k sum.
-    0 for every other routing."""
-    if shape.get("routing") != "expert_map":
+def zero_row_bytes(shape: dict, inter, hidden, ib):
+    """Streamed bytes of the token-expert rows whose expert is not on the rank but which the kernel
+    still runs (shape key zero_rows, 0 by default): EP without a dispatch, every rank gets all T
+    tokens; vLLM's fused_experts with a global-to-local expert map maps remote experts to -1 in
+    moe_align_block_size and the Triton kernel's blocks of expert -1 write zeros (fused_moe.py
+    `write_zeros_to_output`): each such row still writes its up (2 n) and down (hidden) BF16
+    outputs, goes through SiLU & mul and is read by the top-k sum."""
+    if shape.get("zero_rows") is None:
         return 0.0
-    remote = np.asarray(shape["tokens"], float) * np.asarray(shape["topk"], float) - pairs
-    remote = np.where(_rank0(shape), 0.0, remote)  # the rank-0 workload holds no remote rows
-    return np.maximum(remote, 0.0) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
+    return np.asarray(shape["zero_rows"], float) * (2.0 * (2.0 * inter + 2.0 * hidden) + inter * (ACT_READ_BYTES + ib))
 
 
 def expanded_act_iters(shape: dict, sms):
@@ -225,23 +172,16 @@ def expanded_act_iters(shape: dict, sms):
 
 
 def _moe_tile_padding(shape: dict, mg):
-    routing = shape.get("routing")
-    if routing in BALANCED_LOCAL:  # exact ceil of even loads (pad 1); grouped / rank-0 rows: their tiles
-        if not (_grouped(shape).any() or _rank0(shape).any()):
-            return None
-        bm = np.broadcast_to(E.gemm_block_m(mg), np.shape(mg))
-        pad = np.ones(np.shape(mg))
-        if _grouped(shape).any():
-            pad = _grouped_fill(shape, pad, lambda loads, m: GR.grouped_tile_padding(loads, bm[m]))
-        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
-        return np.where(_rank0(shape), rank0_tile_padding(*args, bm), pad)
-    if routing == "packed":  # whole blocks of packed rows: ceil(pairs / BLOCK_M) tiles in all
-        pairs = np.maximum(mg * moe_rows(shape)[1], 1e-9)
-        return np.ceil(pairs / CONTIG_BLOCK_M - 1e-9) * CONTIG_BLOCK_M / pairs
-    if routing == "rank0_clamped":
-        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
-        return rank0_tile_padding(*args, E.gemm_block_m(mg))
-    return E.routed_tile_padding(mg)
+    """MMA rows per computed row of the moe GEMMs: shape key tile_pad (a measured row's loads; NaN:
+    even loads, each expert's rows to an exact ceil), else random counts' expectation
+    (efficiency.routed_tile_padding)."""
+    pad = shape.get("tile_pad")
+    return E.routed_tile_padding(mg) if pad is None else pad
+
+
+def _gemm_pad(pad):
+    """tile_pad as efficiency.gemm_tiling reads it: its even loads (NaN) as 1, an exact ceil."""
+    return np.where(np.isnan(pad), 1.0, pad)
 
 
 def entry_keys(family: str, v: dict) -> dict:
@@ -261,10 +201,9 @@ def waves_parts(family: str, dtype: str, sms, shape: dict):
         return triton_moe_parts(dtype, shape)
     if family == "moe":
         gemms, extra = moe_parts(dtype, shape)
-        # random routing: Poisson counts per expert, partial last tiles; balanced: exact ceil;
-        # rank0_clamped: exact tiles of the cold experts and the hot expert 0
-        pad = _moe_tile_padding(shape, gemms[0][3])
-        bm_min = CONTIG_BLOCK_M if shape.get("routing") == "packed" else 64.0
+        # random routing: Poisson counts per expert, partial last tiles; else the rows' own padding
+        pad = _gemm_pad(_moe_tile_padding(shape, gemms[0][3]))
+        bm_min = float(_opt(shape, "block_m_min", 64.0))  # a layout fixing BLOCK_M: CONTIG_BLOCK_M
         iters = expanded_act_iters(shape, sms)
     elif shape.get("tiling") in DEEPGEMM_LAYOUTS and np.all(np.asarray(_groups(shape)) == 1):  # DeepGEMM's layout
         _need(family, shape, ("m", "n", "k"))
@@ -291,21 +230,19 @@ def triton_moe_parts(dtype: str, shape: dict):
     """waves_parts of a fused-MoE layer run by the Triton fused_moe_kernel (moesim.perf.triton_moe):
     both GEMMs with the engine's (BLOCK_SIZE_M, BLOCK_SIZE_N) for the layer, M tiles per touched
     expert exact for even loads, expected for random counts (efficiency.expected_tiles at BLOCK_M),
-    else from the routing's padding (grouped / rank-0 loads); a program loads its BLOCK_M token rows
+    else from the rows' tile_pad (a measured row's uneven loads); a program loads its BLOCK_M token rows
     (masked: padded rows move no bytes) and BLOCK_N weight rows per k-block."""
     gemms, extra = moe_parts(dtype, shape)
     ib = E.dtype_bytes(dtype, 1.0)
     args = (shape["tokens"], shape["experts"], _opt(shape, "ep"), shape["n"], _opt(shape, "tp"))
     bm, bn = fused_moe_tiles(*args, dtype)
     mg = np.asarray(gemms[0][3], float)
-    pad = _moe_tile_padding(shape, mg)
-    tiles = np.ceil(np.maximum(mg, 1e-9) / bm - 1e-9)  # even loads: exact ceil
-    if shape.get("routing") not in (*BALANCED_LOCAL, "packed", "rank0_clamped"):  # random counts
+    pad = shape.get("tile_pad")
+    tiles = np.ceil(np.maximum(mg, 1e-9) / bm - 1e-9)  # even loads (tile_pad NaN): exact ceil
+    if pad is None:  # random counts
         tiles = E.expected_tiles(mg, bm)
-    elif pad is not None:  # uneven loads: padding at DeepGEMM's BLOCK_M; rank-0 rows at this BLOCK_M
-        tiles = np.where(np.asarray(pad) == 1.0, tiles, mg * pad / bm)
-        args = (shape["tokens"], shape["experts"], shape["topk"], _opt(shape, "ep"))
-        tiles = np.where(_rank0(shape), mg * rank0_tile_padding(*args, bm) / bm, tiles)
+    else:  # uneven loads: the rows' padding (moesim.calibration.fit.moe_work: at this kernel's BLOCK_M)
+        tiles = np.where(np.isnan(pad), tiles, mg * pad / bm)
     parts = []
     for _, _, _, m, n, k, g in gemms:
         _, b_in, b_out = E.gemm_work(m, n, k, g, ib, E.out_bytes_for(dtype))
@@ -316,6 +253,5 @@ def triton_moe_parts(dtype: str, shape: dict):
 
 def peak_flops(flops: dict, dtype) -> float:
     """Dense peak (FLOP/s) of `dtype` from a {dtype: FLOP/s} table: bf16's, or the largest, when absent."""
-    d = str(getattr(dtype, "value", dtype) or "fp8").lower()
-    d = {"fp8_block": "fp8", "bfloat16": "bf16"}.get(d, d)
+    d = base_dtype(getattr(dtype, "value", dtype) or "fp8")
     return float(flops.get(d) or flops.get("bf16") or max(flops.values()))

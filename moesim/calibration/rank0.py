@@ -1,6 +1,6 @@
 """The fused-MoE workload aiconfigurator's collector times on EP rank 0 when remote experts' picks are
-clamped to expert 0 (routing "rank0_clamped": a documented table segment,
-moesim.calibration.fit.moe_tables.RANK0_SEGMENTS; priced by moesim.perf.profile.work)."""
+clamped to expert 0 (routing "rank0_clamped": a documented table segment, rank0_segments in
+moesim/calibration/collector_facts.yaml; turned into work columns by moesim.calibration.fit.moe_work)."""
 
 from __future__ import annotations
 

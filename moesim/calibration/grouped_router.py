@@ -1,7 +1,7 @@
 """Rank-0 expert loads of a measured fused-MoE table whose collector routes through a model's
 group-limited top-k router (DeepSeek-V3: 8 expert groups, the top 4 groups kept) on the
-collector's balanced logits. Used by moesim.perf.profile.work.moe_rows for rows that carry
-n_group / topk_group (chosen per backend and model in moesim.calibration.fit.gemm).
+collector's balanced logits. Used by moesim.calibration.fit.moe_work for rows that carry
+n_group / topk_group (chosen per backend and model in moesim.calibration.fit.moe_tables).
 
 The logits (aiconfigurator collector/helper.py balanced_logits) are softmax(one-hot sum): token i's
 topk picks (i + j s) mod E (s = ceil(E / topk); floor(i s / T + j s) mod E when T < s) share one
