@@ -39,7 +39,7 @@ from moesim.calibration.fit.profile import WRITER_HINT, write_profile
 from moesim.errors import CalibrationError
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
-from moesim.specs.loader import load_hardware
+from moesim.specs.loader import gpu_key, load_hardware
 
 TRANSFERS = (
     "efficiencies, fixed latencies (alpha, t0, launch), tile and wave constants (the k-block latency and per-SM "
@@ -188,7 +188,7 @@ def derive_file(source_path, gpu: str, out=None, force: bool = False, hardware=N
     source = read_profile_file(source_path)
     target_hw = hardware if hardware is not None else load_hardware(gpu)
     prof = derive_profile(source, load_hardware(source["gpu"]), target_hw, force)
-    name = target_hw.name.strip().lower().replace("-", "_")
+    name = gpu_key(target_hw.name)
     if out is None:
         eng = source.get("engine")
         out = source_path.with_name(f"{name}.{eng}.yaml" if eng else f"{name}.yaml")

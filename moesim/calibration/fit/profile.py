@@ -34,7 +34,7 @@ from moesim.perf.profile.reader import read_profile_file
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.variants import base_dtype
 from moesim.specs.data import relative_label
-from moesim.specs.loader import load_hardware
+from moesim.specs.loader import gpu_key, load_hardware
 
 WRITER_HINT = "the fit produced an entry outside the profile schema (moesim.perf.profile.schema)"
 
@@ -275,7 +275,7 @@ def fit(
         if not paths:
             raise CalibrationError("fit: give --gpu when no CSV is given")
         gpu = paths[0].parent.name
-    gpu = str(gpu).strip().lower().replace("-", "_")
+    gpu = gpu_key(gpu)
     if hardware is None:
         try:
             hardware = load_hardware(gpu)

@@ -48,12 +48,7 @@ from moesim.perf.profile import schema as S
 from moesim.perf.profile.provenance import comm_provenance, entry_provenance
 from moesim.perf.profile.variants import pick_variant
 from moesim.specs.data import relative_label, user_roots
-from moesim.specs.loader import data_root, read_text, yaml_problem
-
-
-def _norm_gpu(name) -> str:
-    return str(name or "").strip().lower().replace("-", "_")
-
+from moesim.specs.loader import data_root, gpu_key, read_text, yaml_problem
 
 _CACHE: dict = {}  # (path, mtime_ns, size) -> validated mapping; a sweep loads the same profile many times
 
@@ -111,7 +106,7 @@ def profile_path_for(gpu: str, engine=None, root: Path | None = None) -> Path | 
     as given and normalized (gb200-nvl72 -> gb200_nvl72); the user root's profiles ($MOESIM_DATA)
     before the shipped ones."""
     dirs = [r / "calibration" / "profiles" for r in ([root] if root else [*user_roots(), data_root()])]
-    names = dict.fromkeys((str(gpu), _norm_gpu(gpu)))
+    names = dict.fromkeys((str(gpu), gpu_key(gpu)))
     eng = Engine.parse(engine, "engine").value if engine is not None else None
     stems = ([f"{n}.{eng}" for n in names] if eng else []) + list(names)
     return next((d / f"{s}.yaml" for s in stems for d in dirs if (d / f"{s}.yaml").exists()), None)
@@ -133,7 +128,7 @@ def load_profile(hardware, path=None, force: bool = False, engine=None) -> Profi
         if not path.exists():
             raise CalibrationError(f"profile {path}: file does not exist")
     data = read_profile_file(path)
-    if hardware is not None and _norm_gpu(data["gpu"]) != _norm_gpu(hardware.name) and not force:
+    if hardware is not None and gpu_key(data["gpu"]) != gpu_key(hardware.name) and not force:
         raise CalibrationError(
             f"profile {path} was fitted for gpu {data['gpu']!r}, not {hardware.name!r}; "
             "use that GPU's profile, re-fit, or force it (--force-profile / force=True)"
