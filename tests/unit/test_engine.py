@@ -55,14 +55,14 @@ def test_dedup_paths_equal_full_pricing(monkeypatch, phase, cost_mode, overlap):
 
 def test_measured_mode_uses_raw_rows_where_covered():
     """DG-001: M=64 N=2112 K=7168 at 206 TFLOPS on H800 -> 9.41 us kernel time (+ launch gap)."""
-    from moesim.cli.kernel import kernel_work
+    from moesim.workload.kernels import kernel_op
     from moesim.perf.cost import CostModel
     from moesim.perf.profile import load_profile
 
     m, h = load_model("deepseek-v3"), load_hardware("h800")
     prof = load_profile(h)
-    covered = CostModel(h, m, "measured", prof).cost(kernel_work(m, h, "gemm", m=64, n=2112, k=7168))
+    covered = CostModel(h, m, "measured", prof).cost(kernel_op(m, h, "gemm", m=64, n=2112, k=7168))
     assert covered.provenance == "measured"
     assert float(covered.time_s[0]) == pytest.approx(2 * 64 * 2112 * 7168 / 206e12 + prof.launch_s, rel=0.01)
-    outside = CostModel(h, m, "measured", prof).cost(kernel_work(m, h, "gemm", m=1000, n=2112, k=7168))
+    outside = CostModel(h, m, "measured", prof).cost(kernel_op(m, h, "gemm", m=1000, n=2112, k=7168))
     assert outside.provenance == "fitted"

@@ -189,12 +189,12 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
     """The DeepGEMM tables time tile-aligned deterministic shapes: `moesim kernel` reproduces them
     unpadded; only routed experts (random counts) pay for partial tiles, and never in roofline mode."""
     from moesim.api import estimate, load_profile_for, resolve_specs
-    from moesim.cli.kernel import kernel_work
+    from moesim.workload.kernels import kernel_op
     from moesim.perf.cost import CostModel
 
     m, h = resolve_specs("deepseek-v3", "h800")
     prof, _ = load_profile_for(h, Pricing.of(cost_mode="calibrated"))
-    op = kernel_work(m, h, "grouped_gemm", m=512, n=4096, k=7168, groups=2, layout="masked")
+    op = kernel_op(m, h, "grouped_gemm", m=512, n=4096, k=7168, groups=2, layout="masked")
     t = float(np.ravel(CostModel(h, m, "calibrated", prof).cost(op).time_s)[0])
     assert t == pytest.approx(58e-6, rel=0.12)  # DeepGEMM README row: 2 groups x 512, 58 us
     from moesim.perf.efficiency import routed_tile_padding

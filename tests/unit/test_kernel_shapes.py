@@ -95,7 +95,7 @@ def test_an_op_carries_a_shape_of_its_kind():
     assert OpWork("e", OpKind.ELEMENTWISE, Dtype.BF16, 1).shape.as_kwargs() == {}
 
 
-def test_kernel_work_rejects_an_unknown_flag():
+def test_kernel_op_rejects_an_unknown_flag():
     hw, model = load_hardware("h200"), load_model("deepseek-v3")
     with pytest.raises(ConfigError, match="unknown shape flag.*contxt.*allowed"):
         kernel_op(model, hw, "mla_decode", batch=1, contxt=4096)

@@ -40,7 +40,7 @@ def _op_memory_side(m, active, p):
 
 
 @pytest.mark.parametrize("m", [1.0 / 32.0, 0.125, 0.5])
-def test_kernel_work_reads_the_active_groups_weights(m):
+def test_family_work_reads_the_active_groups_weights(m):
     active = GROUPS * -np.expm1(-m)
     _, b_in, b_out, _ = family_work("grouped_gemm", "fp8_block", SMS, _routed_shape(m, active))
     assert b_in == pytest.approx(active * N * K + GROUPS * m * K, rel=1e-12)  # FP8 weights + activations
