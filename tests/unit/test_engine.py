@@ -55,9 +55,9 @@ def test_dedup_paths_equal_full_pricing(monkeypatch, phase, cost_mode, overlap):
 
 def test_measured_mode_uses_raw_rows_where_covered():
     """DG-001: M=64 N=2112 K=7168 at 206 TFLOPS on H800 -> 9.41 us kernel time (+ launch gap)."""
-    from moesim.workload.kernels import kernel_op
     from moesim.perf.cost import CostModel
     from moesim.perf.profile import load_profile
+    from moesim.workload.kernels import kernel_op
 
     m, h = load_model("deepseek-v3"), load_hardware("h800")
     prof = load_profile(h)

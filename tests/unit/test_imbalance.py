@@ -189,8 +189,8 @@ def test_padding_only_for_routed_groups_in_calibrated_mode():
     """The DeepGEMM tables time tile-aligned deterministic shapes: `moesim kernel` reproduces them
     unpadded; only routed experts (random counts) pay for partial tiles, and never in roofline mode."""
     from moesim.api import estimate, load_profile_for, resolve_specs
-    from moesim.workload.kernels import kernel_op
     from moesim.perf.cost import CostModel
+    from moesim.workload.kernels import kernel_op
 
     m, h = resolve_specs("deepseek-v3", "h800")
     prof, _ = load_profile_for(h, Pricing.of(cost_mode="calibrated"))
