@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from moesim.analyses.validate.cases import load_cases  # noqa: E402
 from moesim.analyses.validate.simulate_case import simulate_kwargs, workload  # noqa: E402
+from moesim.api import simulate  # noqa: E402  (the front door: flat keywords)
 from moesim.engine.estimate import estimate  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
-from moesim.simulate.core import simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = (("ttft_mean_s", "ttft_s", "ttft_mean_s"), ("tpot_mean_s", "tpot_s", "tpot_mean_s"),

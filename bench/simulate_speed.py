@@ -21,9 +21,9 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sweep_speed import pin_one_core  # noqa: E402
 
+from moesim.api import simulate  # noqa: E402  (the front door: flat keywords)
 from moesim.simulate import clients as C  # noqa: E402
 from moesim.simulate import surface as S  # noqa: E402
-from moesim.simulate.core import simulate  # noqa: E402
 
 CASES = {
     "closed loop, 64 clients, ISL 1K / OSL 1K (random 0.8-1), DeepSeek-R1 TP8 H200, SGLang": (

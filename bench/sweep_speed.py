@@ -61,10 +61,12 @@ def decode_grid(n_target: int):
 
 def run_engine(model, hw, grid, cost_mode, chunk, overlap=None):
     from moesim.engine.pricing import evaluate_grid
+    from moesim.engine.settings import Pricing
 
+    pricing = Pricing.of(cost_mode=cost_mode)
     t0 = time.perf_counter()
     for s in range(0, grid.size, chunk):
-        evaluate_grid(model, hw, grid.take(slice(s, s + chunk)), phase="decode", cost_mode=cost_mode, overlap=overlap)
+        evaluate_grid(model, hw, grid.take(slice(s, s + chunk)), phase="decode", pricing=pricing, overlap=overlap)
     return time.perf_counter() - t0
 
 
