@@ -60,6 +60,12 @@ class DigestOptions:
     gpus_per_node: int | None = None
     frontier: Mapping[str, Any] | bool | None = None
 
+    def __post_init__(self):
+        if isinstance(self.top, bool) or not isinstance(self.top, (int, np.integer)) or self.top < 0:
+            raise ConfigError(f"top: must be a whole number >= 0 (rows kept); got {self.top!r}")
+        if not (self.frontier is None or isinstance(self.frontier, (bool, Mapping))):
+            raise ConfigError(f"frontier: must be True or a mapping of pareto's x, y, group_by; got {self.frontier!r}")
+
     @classmethod
     def pop(cls, keywords: dict) -> DigestOptions:
         """The digest's keywords (`DIGEST_FIELDS`) taken out of `keywords` -> DigestOptions."""

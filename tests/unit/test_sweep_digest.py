@@ -85,3 +85,9 @@ def test_unknown_out_extension_fails_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="unknown extension '.txt'"):
         _library(tmp_path / "a.txt", progress=lambda *a: calls.append(a))
     assert calls == [] and not (tmp_path / "a.txt").exists()
+
+
+@pytest.mark.parametrize("bad", [dict(top=-1), dict(top=2.5), dict(frontier="ep")])
+def test_bad_digest_options_are_config_errors(tmp_path, bad):
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        _library(tmp_path / "a.csv", **bad)
