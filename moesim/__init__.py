@@ -35,6 +35,7 @@ _API = (
     "EstimateResult",
     "SimResult",
     "PlanResult",
+    "SweepDigest",
     "Workload",
     "UnknownKeywordError",
 )

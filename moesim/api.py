@@ -30,6 +30,7 @@ from moesim.analyses.plan import PlanResult
 from moesim.analyses.plan import plan as _plan
 from moesim.analyses.sweep import sweep as _sweep
 from moesim.analyses.sweep_block import OPTION_FIELDS
+from moesim.analyses.sweep_digest import DIGEST_FIELDS, SweepDigest
 from moesim.balance.factors import check_imbalance_flags
 from moesim.engine.estimate import MIXED_KEYWORDS, estimate_mixed
 from moesim.engine.estimate import estimate as _estimate
@@ -121,16 +122,23 @@ def estimate(model: ModelLike = "deepseek-v3", hardware: HardwareLike = "h800", 
     return _estimate(model, hardware, phase=phase, pricing=pricing, **keywords)
 
 
-@public(OPTION_FIELDS, ("set", "study"))
+@public(OPTION_FIELDS, DIGEST_FIELDS, ("set", "study"))
 def sweep(model: ModelLike | None = None, hardware: HardwareLike | Sequence[HardwareLike] | None = None,
           phase: str | Sequence[str] | None = None, axes: Mapping[str, Any] | None = None, *,
-          pricing: Pricing | None = None, **keywords: Any) -> pd.DataFrame:  # fmt: skip
+          pricing: Pricing | None = None, out: str | Path | None = None,
+          **keywords: Any) -> pd.DataFrame | SweepDigest:  # fmt: skip
     """Every configuration of the axes' cartesian product -> a pandas DataFrame, one row each (SI
     units: s, bytes, tokens/s; see `moesim.analyses.sweep.sweep` for the axes, filters and study).
     keywords: filters, min_tokens_per_s_per_user, max_tpot_s, max_ttft_s (s), only_fits,
     keep_invalid, isl, osl (tokens), set, study, chunk_size, progress, require_valid, chunk_tokens,
-    request_rate (requests/s), fill_defaults and the pricing settings the sweep takes."""
-    return _sweep(model, hardware, phase, axes, pricing=pricing, **keywords)
+    request_rate (requests/s), fill_defaults, total_gpus / gpus_per_node (a GPU budget) and the
+    pricing settings the sweep takes.
+    out: a .csv / .parquet / .json path: the rows are written there as ``moesim sweep --out PATH``
+    writes them (.csv / .parquet streamed in bounded memory, up to 200 M rows) and a `SweepDigest`
+    is returned instead (``.top``: the best `top` rows, default 20; ``.front``: the Pareto frontier
+    when ``frontier=True`` or ``{"x": ..., "y": ..., "group_by": ...}``; ``.rows`` / ``.evaluated``:
+    counts; ``.budget``; ``.notes``)."""
+    return _sweep(model, hardware, phase, axes, pricing=pricing, out=out, **keywords)
 
 
 @public()
@@ -193,6 +201,7 @@ __all__ = [
     "Pricing",
     "PlanResult",
     "SimResult",
+    "SweepDigest",
     "UnknownKeywordError",
     "Workload",
     "check_imbalance_flags",

@@ -11,10 +11,10 @@ import dataclasses
 
 import numpy as np
 
-from moesim.analyses.sweep import STREAM_PIECE_ROWS as PIECE_ROWS
-from moesim.analyses.sweep import SweepPlan, _apply_filters
 from moesim.analyses.sweep_block import INT_COLUMNS, evaluate_block
 from moesim.analyses.sweep_grid import derived_grid, grid_piece, grid_size
+from moesim.analyses.sweep_plan import STREAM_PIECE_ROWS as PIECE_ROWS
+from moesim.analyses.sweep_plan import SweepPlan, apply_filters
 from moesim.enums import Phase
 from moesim.grid.core import Grid
 from moesim.grid.validity import check_grid
@@ -47,7 +47,7 @@ def iter_pieces(plan: SweepPlan, rows: int = PIECE_ROWS):
             valid = df["valid"].to_numpy(bool)
             fit = int((valid & df["fits"].to_numpy(bool)).sum())
             first = {k: df[k].iloc[0] for k in ("reason", "ep", "redundant")} if len(df) else None
-            df = _apply_filters(df, plan.flt, plan.keep_invalid)
+            df = apply_filters(df, plan.flt, plan.keep_invalid)
             yield Piece(df, int(valid.size), int(valid.sum()), fit, first, notes)
 
 

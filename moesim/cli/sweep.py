@@ -13,21 +13,22 @@ import typer
 from moesim.analyses import budget as B
 from moesim.analyses.pareto import pareto
 from moesim.analyses.sweep import (
+    DigestOptions,
+    SweepDigest,
+    budget_frame,
     check_frame_size,
+    digest_plan,
     evaluate_plan,
     parse_values,
-    plan_sweep,
+    plan_budgeted,
     projection,
     tune_malloc,
 )
 from moesim.cli import options as O
 from moesim.cli.progress import Progress, announce
-from moesim.cli.sweep_stream import budget_node, stream_sweep
-from moesim.engine.pricing import resolve_specs
 from moesim.errors import ConfigError
-from moesim.report.frame_stream import STREAM_SUFFIXES
 from moesim.report.sweep import print_table, rank, summary
-from moesim.report.writer import frame_json_text, write_frame
+from moesim.report.writer import STREAM_SUFFIXES, frame_json_text, write_frame
 
 AXES = ("tp", "dp", "ep", "moe_tp", "batch", "context", "mtp", "acceptance", "redundant", "overlap", "comm")
 
@@ -50,18 +51,13 @@ def _list_axis(axes: dict, name: str, value: str | None) -> str | None:
     return value
 
 
-def _sweep_args(grid: O.GridOptions, only_fits: bool, progress) -> tuple[dict, int | None, int | None]:
-    """grid: the `options.GridOptions` block -> (`sweep` keywords, GPU budget, GPUs per node)."""
+def _sweep_args(grid: O.GridOptions, only_fits: bool, progress) -> dict:
+    """grid: the `options.GridOptions` block -> `sweep` keywords (without the GPU budget: `_digest_options`)."""
     tune_malloc()
     axes = parse_axes(**{k: grid[k] for k in AXES})
-    n_gpus, gpn = (
-        B.check_budget(grid["total_gpus"], grid["gpus_per_node"]) if grid["total_gpus"] is not None else (None, None)
-    )
-    if n_gpus is not None:
-        axes = B.prune_axes(axes, n_gpus)
     hardware = _list_axis(axes, "hardware", grid["hardware"])
     phase = _list_axis(axes, "phase", grid["phase"])
-    kw = dict(
+    return dict(
         model=grid["model"],
         hardware=hardware,
         phase=phase,
@@ -83,50 +79,41 @@ def _sweep_args(grid: O.GridOptions, only_fits: bool, progress) -> tuple[dict, i
         progress=progress,
         require_valid=True,
     )
-    return kw, n_gpus, gpn
+
+
+def _digest_options(grid: O.GridOptions, top: int = 1, frontier: dict | None = None) -> DigestOptions:
+    return DigestOptions(top=top, total_gpus=grid["total_gpus"], gpus_per_node=grid["gpus_per_node"], frontier=frontier)
 
 
 def run_sweep(grid: O.GridOptions, only_fits: bool):
-    """grid: the `options.GridOptions` block -> the evaluated frame (elapsed time in attrs)."""
+    """grid: the `options.GridOptions` block -> the evaluated frame in memory, within the GPU budget
+    if any (elapsed time in attrs)."""
     with Progress() as prog:
         t0 = time.perf_counter()
-        kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
-        plan = plan_sweep(**kw)
+        opts = _digest_options(grid)
+        plan = plan_budgeted(opts, **_sweep_args(grid, only_fits, prog.update))
         check_frame_size(plan)
         announce("sweep (in memory)", plan.total, *projection(plan, streamed=False))
-        df = evaluate_plan(plan)
-        if n_gpus is not None:
-            df = _budgeted(df, n_gpus, gpn, grid)
+        df = budget_frame(evaluate_plan(plan), plan, opts)
         df.attrs["elapsed_s"] = time.perf_counter() - t0
     return df
 
 
-def run_streamed(grid: O.GridOptions, only_fits: bool, top: int, out, frontier: dict | None = None):
-    """`run_sweep` in bounded memory (`moesim.cli.sweep_stream`): the rows go to `out` (.csv /
-    .parquet, or nowhere) a piece at a time -> (the ranked top rows, the sweep's counts in attrs;
-    the Pareto frontier of `frontier`'s keywords or None)."""
+def run_digest(grid: O.GridOptions, only_fits: bool, opts: DigestOptions, out=None) -> SweepDigest:
+    """The library's digest of the sweep (`moesim.analyses.sweep.digest_plan`): the rows to `out`
+    (.csv / .parquet streamed in bounded memory, .json in memory; or nowhere) -> the digest (its
+    top rows' attrs: the whole sweep's counts and the elapsed time)."""
     with Progress() as prog:
         t0 = time.perf_counter()
-        kw, n_gpus, gpn = _sweep_args(grid, only_fits, prog.update)
-        plan = plan_sweep(**kw)
-        announce(f"sweep (streamed{' to ' + str(out) if out else ''})", plan.total, *projection(plan, streamed=True))
-        budget = (n_gpus, budget_node(plan, gpn)) if n_gpus is not None else None
-        top_rows, front = stream_sweep(plan, plan.blocks[0][0], top=top, out=out, budget=budget, frontier=frontier)
-        top_rows.attrs["elapsed_s"] = time.perf_counter() - t0
-    return top_rows, front
-
-
-def _budgeted(df, total_gpus: int, gpus_per_node: int | None, grid: O.GridOptions):
-    """Rows within the GPU budget (whole instances; per hardware its NVLink domain as the node)."""
-    if gpus_per_node is None:
-        doms = {
-            h: resolve_specs(grid["model"] or "deepseek-v3", h, grid["set_"])[1].domain_gpus
-            for h in set(df["hardware"]) or set((grid["hardware"] or "h800").split(",")[:1])
-        }
-        if len(set(doms.values())) > 1:
-            raise ConfigError("--total-gpus over several hardware with different node sizes: give --gpus-per-node")
-        gpus_per_node = next(iter(doms.values()))
-    return B.apply_budget(df, total_gpus, gpus_per_node)
+        plan = plan_budgeted(opts, **_sweep_args(grid, only_fits, prog.update))
+        streamed = out is None or Path(out).suffix.lower() in STREAM_SUFFIXES
+        if not streamed:
+            check_frame_size(plan)
+        what = f"sweep (streamed{' to ' + str(out) if out else ''})" if streamed else "sweep (in memory)"
+        announce(what, plan.total, *projection(plan, streamed=streamed))
+        digest = digest_plan(plan, opts, out)
+        digest.top.attrs["elapsed_s"] = time.perf_counter() - t0
+    return digest
 
 
 def space_line(df) -> str:
@@ -208,9 +195,10 @@ def sweep_cmd(
     """Evaluate the cartesian product of deployment axes; print the best rows (tokens/s per GPU)."""
     if not 0 <= top <= MAX_TOP:
         raise ConfigError(f"--top: {top:,} is out of range; allowed an integer in [0, {MAX_TOP:,}]")
-    if not json_out and (out is None or Path(out).suffix.lower() in STREAM_SUFFIXES):
-        df = ranked = run_streamed(grid, only_fits, top, out)[0]  # bounded memory; the file in grid order
-        n = df.attrs["rows"]["configurations"]
+    if not json_out:  # the library's digest: --out .csv / .parquet streamed (grid order), .json ranked
+        digest = run_digest(grid, only_fits, _digest_options(grid, top), out)
+        df = ranked = digest.top
+        n = digest.rows["configurations"]
         if out is not None:
             typer.echo(f"wrote {n:,} rows to {out}")
     else:
@@ -256,7 +244,8 @@ def pareto_cmd(
     keys = [k.strip() for k in group_by.split(",") if k.strip()] if group_by else None
     kw = dict(x=x, y=y, group_by=keys if keys is None or len(keys) > 1 else keys[0])
     if plot is None:  # bounded memory: the running frontier (the plot's faint points need every row)
-        df, front = run_streamed(grid, True, 1, None, frontier=kw)
+        digest = run_digest(grid, True, _digest_options(grid, 1, kw))
+        df, front = digest.top, digest.front
     else:
         df = run_sweep(grid, True)
         front = pareto(df, **kw)

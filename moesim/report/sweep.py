@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moesim import units as U
+from moesim.analyses.sweep_digest import FOLDABLE, LATENCIES, rank  # noqa: F401  (rank re-exported)
 
 COLS = [
     ("hardware", "hw", None),
@@ -33,20 +34,6 @@ COLS = [
     ("fits", "fits", None),
     ("reason", "reason", None),
 ]
-# columns moved to the title when one value fills them (latencies only when all missing)
-FOLDABLE = (
-    "hardware",
-    "phase",
-    "context",
-    "mtp",
-    "overlap",
-    "ttft_s",
-    "tpot_s",
-    "tokens_per_s_per_user",
-    "fits",
-    "reason",
-)
-LATENCIES = ("ttft_s", "tpot_s", "tokens_per_s_per_user")
 TITLED = ("hardware", "phase", "context", "mtp", "overlap")
 
 
@@ -72,15 +59,6 @@ def console():
     if not c.is_terminal:
         c = Console(width=220, markup=False, emoji=False)
     return c
-
-
-def rank(df, by="tokens_per_s_per_gpu", head=None):
-    """Valid, fitting rows first, each part best `by` first (only the first `head` rows when given)."""
-    # one stable lexsort and one take (was assign + sort_values + drop: three copies of a 344k-row frame);
-    # numpy sorts NaN last, and -NaN is NaN, so a missing `by` stays last within its part
-    ok = np.asarray(df["valid"] & df["fits"], dtype=np.int8)
-    key = np.asarray(df[by], dtype=float)
-    return df.take(np.lexsort((-key, -ok))[:head])
 
 
 def _fold_constants(df, cols):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from moesim.errors import ConfigError
+from moesim.fsio import frames
 from moesim.report import writer
 
 pd = pytest.importorskip("pandas")
@@ -57,7 +58,7 @@ def test_csv_header_and_values_that_need_quotes(tmp_path):
 
 def test_mixed_object_column_falls_back_to_pandas(tmp_path):
     df = pd.DataFrame({"x": pd.Series([1, "a", 2.5], dtype=object)})  # pyarrow cannot type it
-    assert writer._arrow_table(df) is None
+    assert frames._arrow_table(df) is None
     assert writer.write_frame(df, tmp_path / "m.csv").read_text() == "x\n1\na\n2.5\n"
 
 

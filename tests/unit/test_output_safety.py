@@ -82,17 +82,16 @@ def test_out_through_a_symlink_writes_the_target_and_keeps_the_link_and_the_mode
 
 
 def test_disk_full_during_sweep_out_keeps_the_old_file(tmp_path, monkeypatch):
-    from moesim.report import writer
+    from moesim.fsio import frames  # the frame writers (re-exported by moesim.report.writer)
 
     def full(df, path):
         with open(path, "w") as f:
             f.write("half a table")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(writer, "write_csv", full)
-    from moesim.report import frame_stream  # `sweep --out x.csv` streams its pieces (issue 17 part 2)
-
-    monkeypatch.setattr(frame_stream, "_write_csv", lambda path, pieces, schema: full(None, path))
+    monkeypatch.setattr(frames, "write_csv", full)
+    # `sweep --out x.csv` streams its pieces (issue 17 part 2)
+    monkeypatch.setattr(frames, "_write_csv_pieces", lambda path, pieces, schema: full(None, path))
     out = tmp_path / "f.csv"
     out.write_text("old\n")
     line = _one_error_line(run_cli("sweep", "--ep", "8", "--batch", "1:4", "--out", out))

@@ -16,11 +16,11 @@ import pytest
 
 from moesim.analyses import budget as B
 from moesim.analyses.sweep import plan_sweep, sweep
+from moesim.analyses.sweep_digest import Digest, DigestOptions, rank, stream_plan
 from moesim.analyses.sweep_stream import iter_pieces, probe_frame
-from moesim.cli.sweep_stream import Digest, stream_sweep
 from moesim.errors import ConfigError
-from moesim.report.frame_stream import stream_frame
-from moesim.report.sweep import _fold_constants, rank
+from moesim.fsio.frames import stream_frame
+from moesim.report.sweep import _fold_constants
 from moesim.report.writer import write_frame
 from moesim.specs.study import load_study, parse_values
 from tests.conftest import ROOT, run_cli
@@ -98,7 +98,7 @@ def test_digest_equals_the_ranked_whole_frame(case):
 def test_digest_with_gpu_budget_equals_apply_budget():
     kw = dict(hardware="h200", axes={"ep": [8, 16, 32], "batch": [8, 64]}, fill_defaults=False)
     ref = rank(B.apply_budget(sweep(**kw), 16, 8), "total_tokens_per_s")
-    top, _ = stream_sweep(plan_sweep(**kw), None, top=4, budget=(16, 8))
+    top = stream_plan(plan_sweep(**kw), DigestOptions(top=4, total_gpus=16, gpus_per_node=8)).top
     pd.testing.assert_frame_equal(top, ref.head(4).reset_index(drop=True), check_dtype=False)
     assert top.attrs["budget"]["dropped"] == ref.attrs["budget"]["dropped"] > 0
 
@@ -108,7 +108,7 @@ def test_no_valid_configuration_leaves_the_old_file(tmp_path):
     out.write_text("old\n")
     plan = plan_sweep(hardware="h200", axes={"ep": [3, 6], "batch": [8, 16]}, require_valid=True, fill_defaults=False)
     with pytest.raises(ConfigError, match="none of the 4 configurations is valid"):
-        stream_sweep(plan, plan.blocks[0][0], top=3, out=out)
+        stream_plan(plan, DigestOptions(top=3), out)
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]  # no temporary file left
 
