@@ -13,6 +13,7 @@ import numpy as np
 from moesim.perf import attention_eff as A
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, US, Num
+from moesim.perf.models.sibling import as_is
 
 NAME = "mla_v2"
 # source: the fit (moesim.calibration.fit.attention) on measured attention rows
@@ -88,3 +89,8 @@ def fit(work, hw, t, solve, q=np.inf, bounds=None):
         [0.3 * t_min, 0.3, 0.3, 5.0, 1.0, 0.0, t_min, 0.1, 0.05][:n],
     )
     return np.concatenate([solve(res, starts, lo[:n], hi[:n]), [0.0] * (NP - n)])
+
+
+# sibling GPU (moesim.perf.models.sibling): efficiencies, per-call / CTA / request latencies and the
+# saturation carry over
+transfer = as_is

@@ -18,6 +18,8 @@ import numpy as np
 
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, US, Num
+from moesim.perf.models.sibling import Sibling, variants_params
+from moesim.perf.profile.blocks import round_sig
 from moesim.perf.profile.variants import base_dtype, pick_variant
 from moesim.perf.profile.work import PASS_KEYS, entry_keys, waves_parts
 
@@ -192,3 +194,21 @@ def fit(work, t, solve, extra=None, known=None, x0=None):
         s[2] = min(s[2], float(np.min(t - known_s)) * 1e6 * ALPHA_START_SHARE)
     lo, hi = np.append(FIT_LO, [e[1] for e in ex]), np.append(FIT_HI, [e[2] for e in ex])
     return solve(res, starts, lo, hi)
+
+
+# sibling GPU (moesim.perf.models.sibling): every param carries over (efficiencies, alpha, the passes'
+# bytes) except the SM-pipeline rates: the k-block pipeline latency and the per-SM load rate
+# (waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow the SM clock (within one
+# SM generation, the same tensor-core FLOP per cycle per SM: the ratio of per-SM dense peaks; 1 between
+# H200, H100 and H800; GB200 / B200 1.11, docs/calibration.md)
+CLOCK_PARAMS = {"kb_ns": -1, "sm_GBps": 1}  # param -> exponent of the clock ratio
+
+
+def transfer(entry: dict, sib: Sibling) -> None:
+    """Scale the entry's (and its variants') SM-pipeline params by the clock ratio, in place."""
+    if sib.clock_ratio == 1.0:
+        return
+    for p in variants_params(entry):
+        for k, x in CLOCK_PARAMS.items():
+            if isinstance(p.get(k), (int, float)):
+                p[k] = round_sig(float(p[k]) * sib.clock_ratio**x)
