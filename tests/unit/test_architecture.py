@@ -415,6 +415,8 @@ def test_every_schema_model_is_registered_in_its_own_module():
         assert mod.NAME == name and Path(mod.__file__).stem == name and isinstance(mod.PARAMS, dict)
     for name in models.KERNEL:
         assert all(callable(getattr(models.model(name), f, None)) for f in ("efficiency", "time", "sides")), name
+    for name, mod in models.registry().items():  # each says how it carries over to a sibling GPU
+        assert callable(getattr(mod, "transfer", None)), name
     sources = {p.name: p.read_text() for p in MODELS_DIR.glob("*.py")}
     _fail("model names not defined in exactly their own module", one_module_per_model(model_name_definitions(sources)))
     # and nowhere else under moesim/ defines a model name as a constant

@@ -11,6 +11,7 @@ import pytest
 from moesim.calibration.fit import attention as FA
 from moesim.errors import CalibrationError
 from moesim.perf import attention_eff as A
+from moesim.perf.models import mla_v2
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import Profile
 
@@ -287,9 +288,9 @@ def test_fit_splits_trtllm_generation_rows_by_kernel_and_bounds_them():
                       "batch": 64.0, "q_len": 1.0, "context": 4096.0, "k": 128.0})  # fmt: skip
     assert list(FA.kernel_of(d, "attention", SMS)) == [A.XQA, A.MMHA, A.MMHA, ""]  # FA3: one kernel
     w = FA.work_arrays(d.iloc[:1], "attention", "bf16", SMS, kernel=A.XQA)
-    assert w[7] == (FA.LO[1], FA.XQA_SAT_HI)
+    assert w[7] == (mla_v2.FIT_LO[1], FA.XQA_SAT_HI)
     w = FA.work_arrays(d.iloc[1:2], "attention", "bf16", SMS, kernel=A.MMHA)
-    assert w[7] == (FA.MMHA_ETA_C_LO, FA.HI[4])
+    assert w[7] == (FA.MMHA_ETA_C_LO, mla_v2.FIT_HI[4])
 
 
 def test_attention_residual_is_fitted_held_out_and_read_back():

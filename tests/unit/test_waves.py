@@ -149,7 +149,7 @@ def test_fit_recovers_known_waves_params():
 def test_waves_fit_finds_every_param_whatever_the_noise(seed):
     """Not one lucky draw: each noise draw recovers all five parameters. kb_ns acts through
     max(t_load, kb_ns): from a start below every row's load time its gradient is 0, and the two starts
-    before G.WAVES_STARTS' third (kb_ns 1000, above) left it at 5-125 on 12 of 30 draws (2 and 9 here)
+    before waves_v1.FIT_STARTS' third (kb_ns 1000, above) left it at 5-125 on 12 of 30 draws (2 and 9 here)
     at 7x the truth's cost -- a fitter miss that passed or failed by optimizer version."""
     d = _waves_rows(seed)
     data = G.WavesData("gemm", d, "fp8", _peaks())

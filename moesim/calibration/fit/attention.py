@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from moesim.calibration.fit import residual as R
-from moesim.calibration.fit.cv import residual
+from moesim.calibration.fit.cv import residual, robust_lsq
 from moesim.calibration.fit.data import usable_rows
 from moesim.perf import attention_eff as A
 from moesim.perf.efficiency import dtype_bytes
+from moesim.perf.models import mla_v2
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
 
@@ -27,15 +27,12 @@ SMALL_TOKENS = 64  # decode-sized: batch x q_len <= 64 tokens ...
 SMALL_CONTEXT = 8192  # ... and a short context
 # the kernel each engine runs by default on Hopper, preferred where a table has several backends
 BACKEND_PREFERENCE = ("fa3", "flash_attention", "vllm_flash_attn_fa3", "default", "torch_flow", "flashinfer")
-PARAM_NAMES = ("alpha_us", "eta_c", "eta_m", "cta_us", "sat", "combine_us", "floor_us", "req_us", "pass_eta")
-LO = np.array([0.0, 0.01, 0.01, 0.0, 0.01, 0.0, 0.0, 0.0, 0.005])
+PARAM_NAMES = mla_v2.FIT_NAMES  # the fitted vector, its bounds and least-squares core: mla_v2.fit
 MMHA_ETA_C_LO = 0.001  # MMHA's math runs on CUDA cores: a ceiling far below the tensor-core peak
 # XQA streams the KV of one (request, KV head, block) per CTA with few loads in flight: HBM
 # saturates only with several CTAs per SM (Little's law), so its sat (CTAs per SM that saturate
 # the loads, attn_time) may exceed 1; FA3 / FlashMLA / MMHA keep sat <= 1
 XQA_SAT_HI = 4.0
-HI = np.array([1e4, 1.0, 1.0, 1e3, 1.0, 1e3, 1e4, 1e3, 1.0])
-NP = len(PARAM_NAMES)
 GROUP_COLS = ("batch", "heads", "groups", "k")  # a shape = one curve over the context / isl
 
 
@@ -74,7 +71,10 @@ def work_arrays(d: pd.DataFrame, family: str, dtype: str, sms: int, kind=None, s
     F, B, ctas, kv_elems, split = A.attn_work(family, shape, 2.0 if kind == "kv" else kvb, sms, split_kv)
     b = d.batch.values.astype(float)
     # the last item: the kernel's bounds (eta_c lower, sat upper)
-    bounds = (MMHA_ETA_C_LO if kernel in (A.MMHA, A.TLLM_GEN) else LO[1], XQA_SAT_HI if kernel == A.XQA else HI[4])
+    bounds = (
+        MMHA_ETA_C_LO if kernel in (A.MMHA, A.TLLM_GEN) else mla_v2.FIT_LO[1],
+        XQA_SAT_HI if kernel == A.XQA else mla_v2.FIT_HI[4],
+    )
     if kind == "q":
         return F, B, ctas, split, A.q_elems(family, shape), 3.0, b, bounds
     return F, B, ctas, split, kv_elems, (kvb + 2.0 if kind == "kv" else 0.0), b, bounds
@@ -84,38 +84,23 @@ Q_CHOICES = (np.inf, 2.0, 1.0)  # compute/memory combination: max, 2-norm, sum; 
 
 
 def _predict(p, w, idx, peak, bw, sms, q=np.inf):
+    return mla_v2.fit_time(p, _rows_of(w, idx), (peak, bw, sms), q)
+
+
+def _rows_of(w, idx):
+    """The work arrays of rows idx (the pass bytes per element: a scalar)."""
     F, B, ctas, split, pass_elems, pass_bytes, batch = w[:7]
-    params = dict(zip(PARAM_NAMES, p), q=q)
-    t = A.attn_time(F[idx], B[idx], ctas[idx], split[idx], peak, bw, sms, params, batch[idx])
-    return t + (A.pass_time(pass_elems[idx], pass_bytes, bw, p[NP - 1]) if pass_bytes else 0.0)
+    return F[idx], B[idx], ctas[idx], split[idx], pass_elems[idx], pass_bytes, batch[idx]
 
 
 MAX_FIT_ROWS = 3000  # big tables are fitted on a fixed random subset (errors are scored on every row)
 
 
 def _fit(w, t, idx, peak, bw, sms, q=np.inf):
+    """mla_v2.fit over (a subset of) rows idx, with robust_lsq (soft-L1: a few glitched rows must not pull it)."""
     if len(idx) > MAX_FIT_ROWS:
         idx = np.sort(np.random.default_rng(1).choice(idx, MAX_FIT_ROWS, replace=False))
-    n = NP if w[5] else NP - 1  # pass_eta only where an up-cast pass is modelled
-    hi, lo = HI.copy(), LO.copy()
-    lo[1], hi[4] = w[7]  # the kernel's own bounds of eta_c and sat (work_arrays)
-    if not np.any(w[3][idx]):  # no split-KV row: the combine cost is not identifiable, 0
-        hi[PARAM_NAMES.index("combine_us")] = 1e-9
-
-    def res(p):
-        return np.log(_predict(np.concatenate([p, [0.0] * (NP - n)]), w, idx, peak, bw, sms, q) / t[idx])
-
-    t_min = float(np.min(t[idx])) * 1e6
-    best = None
-    for x0 in (
-        [0.8 * t_min, 0.5, 0.7, 1.0, 0.3, 2.0, 0.0, 0.0, 0.2],
-        [0.3 * t_min, 0.3, 0.3, 5.0, 1.0, 0.0, t_min, 0.1, 0.05],
-    ):
-        x0 = np.clip(np.asarray(x0[:n], float), lo[:n], hi[:n])
-        r = least_squares(res, x0, bounds=(lo[:n], hi[:n]), method="trf", loss="soft_l1", f_scale=0.05, x_scale="jac")
-        if best is None or r.cost < best.cost:
-            best = r
-    return np.concatenate([best.x, [0.0] * (NP - n)])
+    return mla_v2.fit(_rows_of(w, idx), (peak, bw, sms), t[idx], robust_lsq, q, w[7])
 
 
 def shape_groups(d: pd.DataFrame) -> np.ndarray:

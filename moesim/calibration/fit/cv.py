@@ -80,3 +80,15 @@ def lsq(residual_fn, starts, lo, hi):
         if best is None or res.cost < best.cost:
             best = res
     return best.x
+
+
+def robust_lsq(residual_fn, starts, lo, hi):
+    """Bounded robust least squares (trf, soft-L1 at 5 %: a few glitched rows must not pull the fit)
+    from several starts; the lowest cost wins."""
+    best = None
+    for x0 in starts:
+        x0 = np.clip(np.asarray(x0, float), lo, hi)
+        res = least_squares(residual_fn, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.05, x_scale="jac")
+        if best is None or res.cost < best.cost:
+            best = res
+    return best.x

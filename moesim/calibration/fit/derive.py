@@ -4,7 +4,8 @@ A profile measured on one GPU (e.g. calibration/profiles/h200.sglang.yaml) becom
 another GPU of the same SM generation (h100_sxm.sglang.yaml, h800.sglang.yaml): every entry is
 carried over with status `derived`, `derived_from: <source gpu>` and a `transfer` note.
 
-What transfers and why (same SM architecture, same tensor-core and TMA pipelines):
+What transfers and why (same SM architecture, same tensor-core and TMA pipelines; each entry by its
+model's `transfer`, moesim.perf.models.<model>):
     efficiencies (eta_c, eta_m: fractions of a peak), fixed per-call latencies (alpha, t0, launch),
     tile / wave constants, the fits' shape parameters. The waves_v1 k-block latency and per-SM load
     rate (kb_ns, sm_GBps) are SM cycles, so they follow the SM clock: scaled by the per-SM peak
@@ -37,6 +38,9 @@ from pathlib import Path
 from moesim.calibration.fit.peaks import Peaks
 from moesim.calibration.fit.profile import WRITER_HINT, write_profile
 from moesim.errors import CalibrationError
+from moesim.perf import models as M
+from moesim.perf.models import waves_v1
+from moesim.perf.models.sibling import Sibling
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.reader import read_profile_file
 from moesim.specs.loader import gpu_key, load_hardware
@@ -74,29 +78,10 @@ def _transfer_note(src: str, tgt: str, sm: int) -> str:
     )
 
 
-def _relative_bandwidths(p: dict, nominal: dict) -> None:
-    """Absolute fitted link bandwidths -> fractions of the source's nominal link (the reader then
-    scales them by the target's nominal link); per-EP knot lists are scaled at derive time."""
-    for link in ("rdma", "nvlink"):
-        key, frac = f"{link}_GBps", f"{link}_frac_nominal"
-        v, nom = p.get(key), nominal.get(link, 0.0)
-        if isinstance(v, (int, float)) and p.get(frac) is None and nom > 0:
-            p[frac] = S.round_sig(min(float(v) * 1e9 / nom, 1.0))
-
-
-def _scale_knots(p: dict, src_nom: dict, tgt_nom: dict) -> None:
-    for link in ("rdma", "nvlink"):
-        v = p.get(f"{link}_GBps")
-        if isinstance(v, list) and src_nom.get(link, 0) > 0 and tgt_nom.get(link, 0) > 0:
-            r = tgt_nom[link] / src_nom[link]
-            p[f"{link}_GBps"] = [None if x is None else S.round_sig(float(x) * r) for x in v]
-
-
-# waves_v1 params that are SM-pipeline rates in seconds: the k-block pipeline latency and the per-SM load
-# rate (moesim.perf.models.waves_v1.waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow
-# the SM clock. Within one SM generation (the same tensor-core FLOP per cycle per SM) the clock ratio is
-# the ratio of per-SM dense peaks: (P_tgt / SMs_tgt) / (P_src / SMs_src). 1 between H200, H100 and H800.
-CLOCK_PARAMS = {"kb_ns": -1, "sm_GBps": 1}  # param -> exponent of the clock ratio
+# what each model rescales is its module's `transfer` (moesim.perf.models.<model>; the shared default
+# moesim.perf.models.sibling.as_is): waves_v1 its SM-pipeline params by the SM clock ratio (CLOCK_PARAMS),
+# alpha_beta_max its absolute bandwidths to fractions of the nominal links, alpha_beta_by_ep its knots
+CLOCK_PARAMS = waves_v1.CLOCK_PARAMS
 
 
 def clock_ratio(source_hw, target_hw) -> float:
@@ -108,25 +93,16 @@ def clock_ratio(source_hw, target_hw) -> float:
     return per_sm(target_hw) / per_sm(source_hw)
 
 
-def _scale_clock(e: dict, ratio: float) -> None:
-    """Scale an entry's (and its variants') waves_v1 SM-pipeline params by the clock ratio, in place."""
-    if ratio == 1.0 or e.get("model") != S.WAVES:
-        return
-    for v in [e] + [v for v in (e.get("variants") or []) if isinstance(v, dict)]:
-        p = v.get("params") or {}
-        for k, x in CLOCK_PARAMS.items():
-            if isinstance(p.get(k), (int, float)):
-                p[k] = S.round_sig(float(p[k]) * ratio**x)
-
-
-def derive_entry(e: dict, src: str, tgt: str, note: str) -> dict:
-    """One entry of the source profile as the target's: status derived, provenance kept."""
+def derive_entry(e: dict, src: str, tgt: str, note: str, sib: Sibling | None = None, model=None) -> dict:
+    """One entry of the source profile as the target's: status derived, provenance kept, carried over by
+    its model's transfer (moesim.perf.models.<model>.transfer; model: the entry's, else this default)."""
     out = copy.deepcopy({k: v for k, v in e.items() if k not in DROPPED})
     out["derived_status"] = e.get("status", "fitted")
     out["status"] = "derived"
     out["derived_from"] = e.get("inherited_from") if e.get("status") == "inherited" else src
     out["gpu"] = tgt
     out["transfer"] = note
+    M.transfer(out, sib or Sibling(), e.get("model", model))
     return out
 
 
@@ -137,22 +113,14 @@ def derive_profile(source: dict, source_hw, target_hw, force: bool = False) -> d
     note = _transfer_note(src, tgt, source_hw.sm_version)
     src_nom = {"rdma": source_hw.rdma_Bps(False), "nvlink": source_hw.nvlink_Bps(False)}
     tgt_nom = {"rdma": target_hw.rdma_Bps(False), "nvlink": target_hw.nvlink_Bps(False)}
-    kernels = {f: derive_entry(e, src, tgt, note) for f, e in (source.get("kernels") or {}).items()}
     clock = clock_ratio(source_hw, target_hw)
-    for e in kernels.values():
-        _scale_clock(e, clock)
+    sib = Sibling(clock, src_nom, tgt_nom)
+    kernels = {f: derive_entry(e, src, tgt, note, sib) for f, e in (source.get("kernels") or {}).items()}
     comm: dict = {}
     for mode, ops in (source.get("comm") or {}).items():
-        for op, e in ops.items():
-            d = comm.setdefault(mode, {})[op] = derive_entry(e, src, tgt, note)
-            if isinstance(d.get("nominal"), dict):  # the entry names its measuring links: the reader rescales
-                pass
-            elif d.get("model", S.ALPHA_BETA) == S.ALPHA_BETA:  # absolute fitted GB/s -> fractions of nominal
-                _relative_bandwidths(d["params"], src_nom)
-            elif d.get("model") == S.ALPHA_BETA_BY_EP:  # per-EP knots: the target's nominal links
-                _scale_knots(d["params"], src_nom, tgt_nom)
-            # other comm models (e.g. deepep_v2) read their bandwidths against the live spec already
-    collectives = {op: derive_entry(e, src, tgt, note) for op, e in (source.get("collectives") or {}).items()}
+        for op, e in ops.items():  # a comm entry without a model is an alpha_beta_max (schema)
+            comm.setdefault(mode, {})[op] = derive_entry(e, src, tgt, note, sib, S.ALPHA_BETA)
+    collectives = {op: derive_entry(e, src, tgt, note, sib) for op, e in (source.get("collectives") or {}).items()}
     out = {k: copy.deepcopy(v) for k, v in source.items() if k not in ("kernels", "comm", "collectives")}
     out.update(
         {

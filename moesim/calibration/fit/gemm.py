@@ -23,8 +23,7 @@ from moesim.calibration.fit import residual as R
 from moesim.calibration.fit.cv import cv_summary, lsq
 from moesim.calibration.fit.data import sources_text, usable_rows
 from moesim.calibration.fit.peaks import Peaks
-from moesim.perf.models import stream_v1
-from moesim.perf.models.waves_v1 import parts_time
+from moesim.perf.models import stream_v1, waves_v1
 from moesim.perf.profile import schema as S
 from moesim.perf.profile.schema import round_sig as _r
 from moesim.perf.profile.work import DEEPGEMM_TILING, family_work, waves_parts
@@ -43,14 +42,11 @@ SIZE_KEY = {"gemm": "m", "moe": "tokens", "quant": "m"}
 MOE_COLS = ["tokens", "hidden", "n", "experts", "topk", "ep", "tp", "layout"]
 # (aiconfigurator after 0.12.0 times EP rank 0 with remote picks clamped to expert 0; the collector facts
 # of each backend, moesim/calibration/collector_facts.yaml, say which rows: moesim.calibration.fit.moe_work)
-# (eta_c, eta_m, alpha_us, kb_ns, sm_GBps): bounds, starts (the 3rd: kb_ns over the load time, see test_waves.py)
-WAVES_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
-WAVES_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
-WAVES_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
-WAVES_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0], [0.7, 0.8, 5.0, 1000.0, 50.0])
-# extra params (start, lo, hi): host_us (fit.moe_tables.HOST_TIMED: max(host, GPU)), cta_ns, act_iter_ns
-HOST_NAME, HOST_LO, HOST_HI, HOST_START = "host_us", 0.0, 1e4, 100.0
-EXTRA = {HOST_NAME: (HOST_START, HOST_LO, HOST_HI), AQ.CTA_PARAM: AQ.CTA_BOUNDS, MT.ACT_ITER_PARAM: MT.ACT_ITER_BOUNDS}
+# waves_v1's fitted params (its fit core: bounds, starts) and the extra ones a table adds (start, lo, hi):
+# host_us (fit.moe_tables.HOST_TIMED: max(host, GPU)), act_iter_ns (waves_v1.FIT_EXTRA), cta_ns (the act quant's)
+WAVES_NAMES = waves_v1.FIT_NAMES
+HOST_NAME = "host_us"
+EXTRA = {**waves_v1.FIT_EXTRA, AQ.CTA_PARAM: AQ.CTA_BOUNDS}
 
 
 def _shape_of(d: pd.DataFrame, family: str, dtype: str = "fp8", keys: dict | None = None) -> dict:
@@ -117,32 +113,33 @@ class WavesData:
         self.quant = None  # (peaks, act_quant_model): a known quant whose per-CTA time is fitted (CTA_PARAM)
         self.names = WAVES_NAMES + (MT.extra_params(d, HOST_NAME) if family == "moe" else ())
 
-    def predict(self, p, idx):
+    def work(self, idx):
+        """(parts, streamed bytes, sms, peak, bw) of rows idx (waves_v1's work of a fit)."""
         parts = [
             tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[:6])
             + (part[6],)
             + tuple(np.broadcast_to(a, self.t.shape)[idx] for a in part[7:])
             for part in self.parts
         ]
-        t = parts_time(parts, self.extra[idx], self.sms, self.peak, self.bw, dict(zip(self.names, p)))
-        if self.quant is not None:  # every row's known quant under p, cta_ns the last param (AQ.attach_quant)
+        return parts, self.extra[idx], self.sms, self.peak, self.bw
+
+    def known_under(self, p, idx):
+        """The rows' known time under p (a fitted quant's per-CTA time is p's last, AQ.attach_quant)."""
+        if self.quant is not None:
             self.known = AQ.quant_seconds(self.d.m.values, self.d.k.values, *self.quant, p[-1])
-        return t + self.known[idx]
+        return self.known[idx]
+
+    def predict(self, p, idx):
+        t = waves_v1.parts_time(*self.work(idx), dict(zip(self.names, p)))
+        return t + self.known_under(p, idx)
 
     def fit(self, idx, x0=None):
-        """Least squares on log time over (a subset of) rows idx; from x0 alone when given (the
-        cross-validation folds start from the all-rows fit: same optimum basin, a few iterations)."""
+        """Least squares on log time over (a subset of) rows idx (waves_v1.fit); from x0 alone when
+        given (the cross-validation folds start from the all-rows fit: same optimum basin, a few iterations)."""
         idx = _subset(idx)
-
-        def res(p):
-            return np.log(self.predict(p, idx) / self.t[idx])
-
-        ex = [EXTRA[n] for n in self.names[len(WAVES_NAMES) :]]
-        starts = [list(s) + [e[0] for e in ex] for s in WAVES_STARTS] if x0 is None else [x0]
-        for s in starts if x0 is None else []:
-            s[2] = min(s[2], float(np.min(self.t[idx] - self.known[idx])) * 1e6 * 0.8)
-        lo, hi = np.append(WAVES_LO, [e[1] for e in ex]), np.append(WAVES_HI, [e[2] for e in ex])
-        return lsq(res, starts, lo, hi)
+        extra = {n: EXTRA[n] for n in self.names[len(WAVES_NAMES) :]}
+        known = (self.known[idx], lambda p: self.known_under(p, idx))
+        return waves_v1.fit(self.work(idx), self.t[idx], lsq, extra, known, x0)
 
 
 def cv_block(errs: np.ndarray, folds: int, size: np.ndarray) -> dict:

@@ -56,7 +56,7 @@ from moesim.calibration.fit import moe_work as MW
 from moesim.perf.triton_moe import TRITON_FUSED_MOE
 
 ACT_ITER_PARAM = "act_iter_ns"  # SM time per (128-element block, token group, pick) iteration, fitted
-ACT_ITER_BOUNDS = (20.0, 0.0, 1e5)  # start, lo, hi (ns)
+# (its start and bounds: moesim.perf.models.waves_v1.FIT_EXTRA)
 DOMINATED_FACTOR = 1.5  # beyond the x1.3-1.5 a tile or wave step adds (issue 14 sec. 3)
 CONTIGUOUS_PASSES = PASSES[("deepepmoe", "contiguous")]  # SGLang's DeepEP-normal contiguous MoE
 __all__ = ["EXPANDED_ACT", "FINALIZE_BYTES", "GROUPED_MODELS", "NOOP_COPY_BYTES", "TOKEN_BYTES"]  # re-exported facts

@@ -7,6 +7,8 @@ Every field is a list, one value per measured EP.
 from __future__ import annotations
 
 from moesim.perf.models.params import GBPS, US, Num
+from moesim.perf.models.sibling import Sibling
+from moesim.perf.profile.blocks import round_sig
 
 NAME = "alpha_beta_by_ep"
 # source: the fit (moesim.calibration.fit.comm); equal-length lists, one value per measured EP; a link's
@@ -20,3 +22,16 @@ PARAMS = {
     "rdma_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
     "nvlink_frac_nominal": Num(0.0, 1.0, lo_open=True, optional=True),
 }
+
+
+def transfer(entry: dict, sib: Sibling) -> None:
+    """Sibling GPU: each knot's link bandwidth times the target's over the source's nominal link; alphas
+    and EPs carry over. Nothing where the entry names its measuring links (`nominal`: the reader rescales)."""
+    if isinstance(entry.get("nominal"), dict):
+        return
+    p, src, tgt = entry["params"], sib.source_links_Bps, sib.target_links_Bps
+    for link in ("rdma", "nvlink"):
+        v = p.get(f"{link}_GBps")
+        if isinstance(v, list) and src.get(link, 0) > 0 and tgt.get(link, 0) > 0:
+            r = tgt[link] / src[link]
+            p[f"{link}_GBps"] = [None if x is None else round_sig(float(x) * r) for x in v]

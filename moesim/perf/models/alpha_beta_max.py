@@ -9,6 +9,8 @@ Profile.comm_params). Bandwidths as fractions of the measuring GPU's nominal lin
 from __future__ import annotations
 
 from moesim.perf.models.params import FRAC, GBPS, US
+from moesim.perf.models.sibling import Sibling
+from moesim.perf.profile.blocks import round_sig
 
 NAME = "alpha_beta_max"
 # source: the fit (moesim.calibration.fit.comm) on measured dispatch / combine rows
@@ -20,3 +22,17 @@ PARAMS = {
     "rdma_frac_nominal": FRAC,  # the same as fractions of the nominal links (rescaled to the live spec)
     "nvlink_frac_nominal": FRAC,
 }
+
+
+def transfer(entry: dict, sib: Sibling) -> None:
+    """Sibling GPU: the absolute fitted link bandwidths -> fractions of the source's nominal links (the
+    reader scales them by the target's nominal links; a `*_frac_nominal` already there is kept); alphas
+    carry over. Nothing where the entry names its measuring links (`nominal`: the reader rescales)."""
+    if isinstance(entry.get("nominal"), dict):
+        return
+    p = entry["params"]
+    for link in ("rdma", "nvlink"):
+        key, frac = f"{link}_GBps", f"{link}_frac_nominal"
+        v, nom = p.get(key), sib.source_links_Bps.get(link, 0.0)
+        if isinstance(v, (int, float)) and p.get(frac) is None and nom > 0:
+            p[frac] = round_sig(min(float(v) * 1e9 / nom, 1.0))

@@ -7,6 +7,7 @@ and fitted by moesim.calibration.fit.comm_deepep.
 from __future__ import annotations
 
 from moesim.perf.models.params import GBPS, US, Num
+from moesim.perf.models.sibling import as_is
 
 NAME = "deepep_v2"
 # source: the fit (moesim.calibration.fit.comm_deepep) on the engines' DeepEP tables
@@ -23,3 +24,7 @@ PARAMS = {
     "rdma_node_decay": Num(0.0, 100.0, optional=True),  # RDMA share 1 / (1 + decay (nodes - 1))
     "host_us": US._replace(optional=True),  # host floor of a host-paced benchmark loop, us
 }
+
+# sibling GPU (moesim.perf.models.sibling): its bandwidths are read against the live spec already (RDMA as a
+# fraction, NVLink capped by the live link)
+transfer = as_is

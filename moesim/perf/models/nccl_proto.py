@@ -7,6 +7,7 @@ fitted by moesim.calibration.fit.collectives.fit_nccl_entry.
 from __future__ import annotations
 
 from moesim.perf.models.params import BW_FRAC, US, Num
+from moesim.perf.models.sibling import as_is
 
 NAME = "nccl_proto"
 # source: the fit (moesim.calibration.fit.collectives) on imported NCCL tables; per protocol k:
@@ -19,3 +20,7 @@ PARAMS = {
     "nvls_bw_frac": BW_FRAC._replace(optional=True),
     "nvls_min_gpus": Num(2.0, integer=True, optional=True),  # NVLS from this many GPUs
 }
+
+# sibling GPU (moesim.perf.models.sibling): latencies and the bandwidths as fractions of the live achievable
+# link carry over
+transfer = as_is

@@ -13,6 +13,7 @@ import numpy as np
 from moesim.perf.efficiency import smax_sides
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, Num
+from moesim.perf.models.sibling import as_is
 
 NAME = "overlap_v1"
 # source: the fit (moesim.calibration.fit.kernels); eta_* fractions of the live peaks, t0 in us
@@ -81,3 +82,8 @@ def fit(work, peak, bw, t, solve, q=np.inf):
 def as_params(x, q=np.inf) -> dict:
     """The params mapping of a fitted vector (eta_c, eta_m, t0_us, c) and exponent q."""
     return {"eta_c": x[0], "eta_m": x[1], "t0_us": x[2], "c": x[3], "q": q}
+
+
+# sibling GPU (moesim.perf.models.sibling): efficiencies (fractions of the live peaks), t0 and the CTA fill
+# constant carry over
+transfer = as_is

@@ -12,6 +12,7 @@ import numpy as np
 
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA
+from moesim.perf.models.sibling import as_is
 from moesim.perf.profile.measured import numeric_shape
 
 NAME = "peak"
@@ -39,3 +40,7 @@ def sides(ctx: K.KernelContext, family: str, e: dict, shape: dict):
     raise TypeError(
         f"kernel_sides({family!r}): a `peak` entry has no fitted sides (kernel_efficiency gives its constants)"
     )
+
+
+# sibling GPU (moesim.perf.models.sibling): fractions of the live spec's peaks carry over
+transfer = as_is

@@ -13,6 +13,7 @@ import numpy as np
 
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, US
+from moesim.perf.models.sibling import as_is
 from moesim.perf.profile.variants import pick_variant
 from moesim.perf.profile.work import entry_keys, family_work
 
@@ -64,3 +65,7 @@ def fit(nbytes, bw, t, solve):
 
 def as_params(x) -> dict:
     return {"alpha_us": x[0], "eta_m": x[1]}
+
+
+# sibling GPU (moesim.perf.models.sibling): alpha and the fraction of the live HBM bandwidth carry over
+transfer = as_is

@@ -1,6 +1,7 @@
 """waves_v1: a tile- and wave-quantized GEMM-like kernel (issue 14 sec. 3): GEMMs, grouped GEMMs, the
 fused / grouped MoE layer (its two GEMMs plus the streamed passes), fitted per (layout, dtype, backend)
-variant on measured call times by moesim.calibration.fit.gemm (row selection, CV, the least squares).
+variant on measured call times by moesim.calibration.fit.gemm (row selection, CV, writing; fit below:
+its least-squares core).
 
     T    = alpha + max(T_c, B_in / (W eta_m)) + B_out / W
     T_c  = ceil(CTAs / SMs) * ceil(k / 128) * t_kb
@@ -17,11 +18,13 @@ import numpy as np
 
 from moesim.perf.models import _kernel as K
 from moesim.perf.models.params import ETA, US, Num
+from moesim.perf.models.sibling import Sibling, variants_params
+from moesim.perf.profile.blocks import round_sig
 from moesim.perf.profile.variants import base_dtype, pick_variant
 from moesim.perf.profile.work import PASS_KEYS, entry_keys, waves_parts
 
 NAME = "waves_v1"
-# source: the fit (moesim.calibration.fit.gemm: WAVES_NAMES and the extra params); fixed per-backend
+# source: the fit (fit below: FIT_NAMES and FIT_EXTRA); fixed per-backend
 # keys (token_bytes, pair_bytes, act_bytes, expanded_act) from moesim/calibration/collector_facts.yaml
 PARAMS = {
     "eta_c": ETA,  # tensor-core math at this fraction of the SM's share of the dense peak
@@ -43,6 +46,15 @@ PARAMS = {
     "expanded_act": Num(0.0, 1.0, optional=True),
     "act_iter_ns": Num(0.0, 1e6, optional=True),
 }
+# fit: (eta_c, eta_m, alpha_us, kb_ns, sm_GBps) bounds and starts (the 3rd: kb_ns over the load time,
+# see test_waves.py); the fitted optional params (start, lo, hi): host_us (a host-timed benchmark loop,
+# max(host, GPU)), act_iter_ns (TRT-LLM-gen's expanded-space activation)
+FIT_NAMES = ("eta_c", "eta_m", "alpha_us", "kb_ns", "sm_GBps")
+FIT_LO = np.array([0.01, 0.01, 0.0, 0.0, 1.0])
+FIT_HI = np.array([1.0, 1.0, 1e4, 1e5, 1e4])
+FIT_STARTS = ([0.7, 0.8, 5.0, 100.0, 50.0], [0.4, 0.5, 30.0, 20.0, 300.0], [0.7, 0.8, 5.0, 1000.0, 50.0])
+FIT_EXTRA = {"host_us": (100.0, 0.0, 1e4), "act_iter_ns": (20.0, 0.0, 1e5)}
+ALPHA_START_SHARE = 0.8  # the alpha starts at most at this share of the smallest kernel time
 K_BLOCK = 128.0  # DeepGEMM / CUTLASS FP8 block-scaled main loop: one k-block = 128 (one scale)
 
 
@@ -159,3 +171,44 @@ def fused_variant(e: dict | None, dtype) -> dict | None:
     d = str(getattr(dtype, "value", dtype) or "").lower()
     v = pick_variant(e, d, "fused")
     return v if base_dtype(v.get("dtype")) == base_dtype(d) else None
+
+
+def fit(work, t, solve, extra=None, known=None, x0=None):
+    """Params (FIT_NAMES, then the names of `extra`) minimizing the log error of parts_time + known
+    against measured times t (s). work: (parts, streamed bytes, sms, peak FLOP/s, HBM B/s) of the rows
+    (moesim.perf.profile.work.waves_parts); extra: {name: (start, lo, hi)} of params beyond FIT_NAMES
+    (FIT_EXTRA's, or the caller's: a known model's own, which `known` reads); known: (seconds now,
+    fn(p) -> seconds) of a per-row time outside the kernel (default none); x0: start from x0 alone
+    (cross-validation folds). solve(residuals, starts, lo, hi): the caller's bounded least squares."""
+    extra = extra or {}
+    names = FIT_NAMES + tuple(extra)
+    known_s, known_fn = known if known is not None else (0.0, None)
+
+    def res(p):
+        pred = parts_time(work[0], work[1], *work[2:], dict(zip(names, p)))
+        return np.log((pred + (known_s if known_fn is None else known_fn(p))) / t)
+
+    ex = list(extra.values())
+    starts = [list(s) + [e[0] for e in ex] for s in FIT_STARTS] if x0 is None else [x0]
+    for s in starts if x0 is None else []:
+        s[2] = min(s[2], float(np.min(t - known_s)) * 1e6 * ALPHA_START_SHARE)
+    lo, hi = np.append(FIT_LO, [e[1] for e in ex]), np.append(FIT_HI, [e[2] for e in ex])
+    return solve(res, starts, lo, hi)
+
+
+# sibling GPU (moesim.perf.models.sibling): every param carries over (efficiencies, alpha, the passes'
+# bytes) except the SM-pipeline rates: the k-block pipeline latency and the per-SM load rate
+# (waves_sides) are fixed numbers of SM cycles / bytes per cycle, so they follow the SM clock (within one
+# SM generation, the same tensor-core FLOP per cycle per SM: the ratio of per-SM dense peaks; 1 between
+# H200, H100 and H800; GB200 / B200 1.11, docs/calibration.md)
+CLOCK_PARAMS = {"kb_ns": -1, "sm_GBps": 1}  # param -> exponent of the clock ratio
+
+
+def transfer(entry: dict, sib: Sibling) -> None:
+    """Scale the entry's (and its variants') SM-pipeline params by the clock ratio, in place."""
+    if sib.clock_ratio == 1.0:
+        return
+    for p in variants_params(entry):
+        for k, x in CLOCK_PARAMS.items():
+            if isinstance(p.get(k), (int, float)):
+                p[k] = round_sig(float(p[k]) * sib.clock_ratio**x)
