@@ -84,3 +84,17 @@ def efficiency_of(ctx: KernelContext, sides):
     time and eta_m on the byte time (moesim.perf.efficiency.side_efficiencies)."""
     c, m, fixed, F, B, peak = sides
     return (*E.side_efficiencies(F, B, c, m, peak, ctx.hbm_Bps, fixed), fixed)
+
+
+def from_sides(sides):
+    """(efficiency, time) of a fitted model whose `sides(ctx, family, entry, shape)` gives (compute
+    side, memory side, fixed, F, B, peak): the efficiencies of those sides (`efficiency_of`) and their
+    max, the modelled time in seconds. Every fitted kernel model but `peak` is defined this way."""
+
+    def efficiency(ctx: KernelContext, family: str, e: dict, shape: dict):
+        return efficiency_of(ctx, sides(ctx, family, e, shape))
+
+    def time(ctx: KernelContext, family: str, e: dict, shape: dict):
+        return np.maximum(*sides(ctx, family, e, shape)[:2])
+
+    return efficiency, time

@@ -50,12 +50,7 @@ def sides(ctx: K.KernelContext, family: str, e: dict, shape: dict):
     return (*A.entry_sides(family, e, shape, peak, ctx.hbm_Bps, ctx.sms, factor, fit_sms=ctx.fit_sms), peak)
 
 
-def efficiency(ctx: K.KernelContext, family: str, e: dict, shape: dict):
-    return K.efficiency_of(ctx, sides(ctx, family, e, shape))
-
-
-def time(ctx: K.KernelContext, family: str, e: dict, shape: dict):
-    return np.maximum(*sides(ctx, family, e, shape)[:2])
+efficiency, time = K.from_sides(sides)  # the efficiencies of the sides, and their max (s)
 
 
 def fit_time(p, work, hw, q=np.inf):

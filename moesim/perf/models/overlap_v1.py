@@ -59,12 +59,7 @@ def sides(ctx: K.KernelContext, family: str, e: dict, shape: dict):
     return c * r, m * r, fixed * r, F, b_in + b_out, peak
 
 
-def efficiency(ctx: K.KernelContext, family: str, e: dict, shape: dict):
-    return K.efficiency_of(ctx, sides(ctx, family, e, shape))
-
-
-def time(ctx: K.KernelContext, family: str, e: dict, shape: dict):
-    return np.maximum(*sides(ctx, family, e, shape)[:2])
+efficiency, time = K.from_sides(sides)  # the efficiencies of the sides, and their max (s)
 
 
 def fit(work, peak, bw, t, solve, q=np.inf):
